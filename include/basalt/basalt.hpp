@@ -1,0 +1,71 @@
+// basalt — public C++ API.
+//
+//   auto s = basalt::Session::open("model.onnx");
+//   std::vector<basalt::Value> out = s->run({{"x", basalt::Tensor(basalt::DType::Float, {1, 3, 224, 224})}});
+//
+// Errors: every function throws basalt::Error (see error.hpp) with a message that names what
+// is wrong (node, op, input). A Session is immutable after creation; run() may be called from
+// many threads at once.
+#pragma once
+
+#include <basalt/dtype.hpp>
+#include <basalt/error.hpp>
+#include <basalt/tensor.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace basalt {
+
+struct Model;
+
+struct SessionOptions {
+  int threads = 1;               // intra-op threads (reference kernels are single-threaded today)
+  uint64_t memory_limit = 0;     // bytes; 0 = no limit
+  bool allow_unsupported = false;  // load models with unsupported ops (running them fails)
+};
+
+// Metadata of a graph input or output.
+struct IoInfo {
+  std::string name;
+  std::string kind;              // "tensor", "sequence", "optional", "map", "unknown"
+  DType dtype = DType::Undefined;
+  bool has_shape = false;
+  std::vector<int64_t> shape;    // -1 for a symbolic/unknown dim
+  std::vector<std::string> dim_params;  // symbolic names ("" for fixed/unknown dims)
+  bool has_default = false;      // input backed by an initializer (may be omitted)
+  std::string type_string() const;      // "tensor(float)" like onnxruntime
+};
+
+class Session {
+ public:
+  static std::unique_ptr<Session> open(const std::string& path, const SessionOptions& opts = {});
+  static std::unique_ptr<Session> from_bytes(const void* data, size_t size, const SessionOptions& opts = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  const std::vector<IoInfo>& inputs() const;
+  const std::vector<IoInfo>& outputs() const;
+
+  // Runs the model. `feeds` maps input names to values; every input without a default must be
+  // given. `output_names` selects outputs (empty = all, in graph order). Inputs are checked
+  // against the model: a wrong name, dtype, rank or fixed dim is an InvalidArgument error.
+  std::vector<Value> run(const std::vector<std::pair<std::string, Value>>& feeds,
+                         const std::vector<std::string>& output_names = {}) const;
+
+  const Model& model() const;
+  const SessionOptions& options() const;
+
+ private:
+  Session() = default;
+  static std::unique_ptr<Session> create(std::shared_ptr<Model> m, const SessionOptions& opts);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace basalt

@@ -1,0 +1,119 @@
+// Tensor: an element type, a shape, and a reference to storage.
+//
+// Ownership: storage is reference counted (std::shared_ptr<Storage>). Copying a Tensor is cheap
+// and aliases the same bytes. A Tensor may view memory it does not own (a memory-mapped weight,
+// a caller's buffer): the Storage then holds a "keep-alive" reference to whatever owns the bytes,
+// or nothing at all for caller-owned views (the caller guarantees lifetime).
+//
+// Value: what flows along a graph edge: a tensor, a sequence of tensors, or nothing (an empty
+// optional / a missing optional input).
+#pragma once
+
+#include <basalt/dtype.hpp>
+#include <basalt/error.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace basalt {
+
+using Shape = std::vector<int64_t>;
+
+int64_t shape_numel(const Shape& s);  // product of dims (1 for a scalar)
+std::string shape_str(const Shape& s);  // "[1,3,224,224]"
+
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  size_t count = 0;             // element count (for String destruction)
+  DType dtype = DType::Undefined;
+  bool owned = false;           // allocated by basalt (freed in the destructor)
+  std::shared_ptr<const void> keep_alive;  // for views: whatever owns the bytes
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage();
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  // Allocate (64-byte aligned). Numeric storage is zero-filled; strings are empty.
+  Tensor(DType dtype, Shape shape);
+  // A view of memory owned by someone else. keep_alive (may be null) is held while the view lives.
+  static Tensor view(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keep_alive);
+  // A scalar or 1-D helper.
+  template <class T>
+  static Tensor scalar(T v) {
+    Tensor t(dtype_of<T>::value, {});
+    t.data<T>()[0] = v;
+    return t;
+  }
+  template <class T>
+  static Tensor from_vector(const std::vector<T>& v, Shape shape = {}) {
+    if (shape.empty() && v.size() != 1) shape = {int64_t(v.size())};
+    Tensor t(dtype_of<T>::value, shape);
+    for (size_t i = 0; i < v.size(); ++i) t.data<T>()[i] = v[i];
+    return t;
+  }
+
+  bool defined() const { return storage_ != nullptr || dtype_ != DType::Undefined; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(int i) const { return shape_[size_t(i < 0 ? i + rank() : i)]; }
+  int rank() const { return int(shape_.size()); }
+  int64_t numel() const { return shape_numel(shape_); }
+  size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
+
+  void* raw() { return storage_ ? static_cast<char*>(storage_->data) : nullptr; }
+  const void* raw() const { return storage_ ? static_cast<const char*>(storage_->data) : nullptr; }
+  template <class T>
+  T* data() {
+    return static_cast<T*>(raw());
+  }
+  template <class T>
+  const T* data() const {
+    return static_cast<const T*>(raw());
+  }
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  // Same storage, new shape (numel must match). No copy.
+  Tensor reshaped(Shape shape) const;
+  // Deep copy.
+  Tensor clone() const;
+  // Element i converted to double / int64 (any numeric dtype). For shape-like inputs.
+  double get_double(int64_t i) const;
+  int64_t get_int(int64_t i) const;
+  // All elements as int64 (for shape/axes/indices inputs of any integer dtype).
+  std::vector<int64_t> to_int64_vector() const;
+
+ private:
+  DType dtype_ = DType::Undefined;
+  Shape shape_;
+  std::shared_ptr<Storage> storage_;
+};
+
+struct Value {
+  enum class Kind : uint8_t { None, Tensor, Sequence };
+  Kind kind = Kind::None;
+  Tensor tensor;                                   // Kind::Tensor
+  std::shared_ptr<std::vector<Tensor>> sequence;   // Kind::Sequence
+  DType seq_elem_type = DType::Undefined;          // element type of an (empty) sequence
+
+  Value() = default;
+  Value(Tensor t) : kind(Kind::Tensor), tensor(std::move(t)) {}  // NOLINT: implicit
+  static Value make_sequence(std::vector<Tensor> items, DType elem) {
+    Value v;
+    v.kind = Kind::Sequence;
+    v.sequence = std::make_shared<std::vector<Tensor>>(std::move(items));
+    v.seq_elem_type = elem;
+    return v;
+  }
+  bool is_tensor() const { return kind == Kind::Tensor; }
+  bool is_sequence() const { return kind == Kind::Sequence; }
+  bool is_none() const { return kind == Kind::None; }
+};
+
+}  // namespace basalt

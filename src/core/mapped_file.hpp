@@ -1,0 +1,30 @@
+// A read-only memory mapping of a whole file. Shared (std::shared_ptr) by every tensor that views
+// into it, so weights stay valid exactly as long as something uses them; unmapped on release.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace basalt {
+
+class MappedFile {
+ public:
+  // Throws Error(Io) naming the path when it cannot be opened or mapped.
+  static std::shared_ptr<MappedFile> open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile() = default;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+}  // namespace basalt

@@ -1,0 +1,121 @@
+// Helpers shared by the reference kernels: dtype dispatch, broadcasting, axis handling.
+#pragma once
+
+#include "ops/kernel.hpp"
+
+#include <basalt/tensor.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace basalt {
+
+// Calls f.template operator()<T>() with T the C++ type of dt. Usage:
+//   visit_numeric(t.dtype(), [&]<class T>() { ... T ... });
+// float16/bfloat16 are storage structs that convert to/from float implicitly, so templated
+// arithmetic computes through float for them.
+// Sub-byte and float8 types are not visited (their storage is one byte; handle them explicitly).
+template <class F>
+bool visit_numeric(DType dt, F&& f) {
+  switch (dt) {
+    case DType::Float: f.template operator()<float>(); return true;
+    case DType::Double: f.template operator()<double>(); return true;
+    case DType::Float16: f.template operator()<float16>(); return true;
+    case DType::BFloat16: f.template operator()<bfloat16>(); return true;
+    case DType::Int8: f.template operator()<int8_t>(); return true;
+    case DType::Uint8: f.template operator()<uint8_t>(); return true;
+    case DType::Int16: f.template operator()<int16_t>(); return true;
+    case DType::Uint16: f.template operator()<uint16_t>(); return true;
+    case DType::Int32: f.template operator()<int32_t>(); return true;
+    case DType::Uint32: f.template operator()<uint32_t>(); return true;
+    case DType::Int64: f.template operator()<int64_t>(); return true;
+    case DType::Uint64: f.template operator()<uint64_t>(); return true;
+    default: return false;
+  }
+}
+// Numeric plus bool.
+template <class F>
+bool visit_numeric_bool(DType dt, F&& f) {
+  if (dt == DType::Bool) {
+    f.template operator()<bool>();
+    return true;
+  }
+  return visit_numeric(dt, f);
+}
+// Every storage type incl. string (for copy-style ops).
+template <class F>
+bool visit_all(DType dt, F&& f) {
+  if (dt == DType::String) {
+    f.template operator()<std::string>();
+    return true;
+  }
+  if (visit_numeric_bool(dt, f)) return true;
+  switch (dt) {  // one-byte storage types
+    case DType::Float8E4M3FN: case DType::Float8E4M3FNUZ: case DType::Float8E5M2: case DType::Float8E5M2FNUZ:
+    case DType::Float8E8M0: case DType::Uint4: case DType::Float4E2M1: case DType::Uint2:
+      f.template operator()<uint8_t>();
+      return true;
+    case DType::Int4: case DType::Int2:
+      f.template operator()<int8_t>();
+      return true;
+    default: return false;
+  }
+}
+// Floating types only (float, double, float16, bfloat16).
+template <class F>
+bool visit_float(DType dt, F&& f) {
+  switch (dt) {
+    case DType::Float: f.template operator()<float>(); return true;
+    case DType::Double: f.template operator()<double>(); return true;
+    case DType::Float16: f.template operator()<float16>(); return true;
+    case DType::BFloat16: f.template operator()<bfloat16>(); return true;
+    default: return false;
+  }
+}
+
+// Fails with "input i has unsupported type X" naming the node.
+[[noreturn]] void unsupported_dtype(const KernelContext& ctx, int input, DType dt);
+
+// Multidirectional (numpy) broadcasting of shapes. Errors name the node.
+Shape broadcast_shapes(const KernelContext& ctx, const Shape& a, const Shape& b);
+
+// Strides (in elements) for reading a tensor of shape `in` broadcast to `out` (rank of out;
+// broadcast dims get stride 0).
+std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out);
+
+// Iterates over every index of `out`, keeping a linear offset into each input (given their
+// broadcast strides). fn(out_index, offsets...).
+template <size_t N, class Fn>
+void for_each_broadcast(const Shape& out, const std::vector<int64_t> (&strides)[N], Fn&& fn) {
+  int64_t total = shape_numel(out);
+  if (total == 0) return;
+  int rank = int(out.size());
+  std::vector<int64_t> idx(size_t(rank), 0);
+  int64_t off[N] = {};
+  for (int64_t i = 0; i < total; ++i) {
+    fn(i, off);
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < out[size_t(d)]) {
+        for (size_t k = 0; k < N; ++k) off[k] += strides[k][size_t(d)];
+        break;
+      }
+      for (size_t k = 0; k < N; ++k) off[k] -= strides[k][size_t(d)] * (out[size_t(d)] - 1);
+      idx[size_t(d)] = 0;
+    }
+  }
+}
+
+// Axis in [-rank, rank) -> [0, rank). Error names the node.
+int normalize_axis(const KernelContext& ctx, int64_t axis, int rank);
+int normalize_axis(const Node& node, int64_t axis, int rank);
+
+// Row-major strides of a shape.
+std::vector<int64_t> shape_strides(const Shape& s);
+
+// Convert any float-like tensor to float32 and back (float16, bfloat16, double, float).
+Tensor to_float32(const Tensor& t);
+Tensor from_float32(const Tensor& t, DType dt);
+
+}  // namespace basalt

@@ -1,0 +1,135 @@
+// The kernel interface and the op registry.
+//
+// Lifecycle: at load, the registry finds a factory for (domain, op_type, opset) and calls it
+// with the Node. The factory reads and validates attributes (errors name the node) and returns
+// an OpKernel. At run time, compute() reads inputs from the KernelContext and writes outputs.
+// Kernels are const and hold no per-run state, so one session can run on many threads at once.
+//
+// Adding an op: write it in its group's file (src/ops/<group>.cpp) and add one `r.add(...)` line
+// in that file's register function.
+#pragma once
+
+#include "graph/graph.hpp"
+
+#include <basalt/tensor.hpp>
+
+#include <climits>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace basalt {
+
+struct RunContext;
+class KernelContext;
+
+class OpKernel {
+ public:
+  virtual ~OpKernel() = default;
+  virtual void compute(KernelContext& ctx) const = 0;
+};
+
+using KernelFn = std::function<void(KernelContext&)>;
+
+// Wraps a lambda as a kernel. Capture the attributes you parsed in the factory by value.
+class FnKernel final : public OpKernel {
+ public:
+  explicit FnKernel(KernelFn f) : f_(std::move(f)) {}
+  void compute(KernelContext& ctx) const override { f_(ctx); }
+
+ private:
+  KernelFn f_;
+};
+inline std::unique_ptr<OpKernel> kernel(KernelFn f) { return std::make_unique<FnKernel>(std::move(f)); }
+
+using KernelFactory = std::function<std::unique_ptr<OpKernel>(const Node&)>;
+
+class OpRegistry {
+ public:
+  // The process-wide registry, filled on first use by every group's register function.
+  static const OpRegistry& instance();
+
+  // Register op `op` of domain `domain` ("" = ai.onnx) for opset versions [since, until].
+  void add(const std::string& domain, const std::string& op, int since, int until, KernelFactory f);
+  // ai.onnx, opsets [since, until]
+  void add(const std::string& op, int since, KernelFactory f, int until = INT_MAX) {
+    add("", op, since, until, std::move(f));
+  }
+  const KernelFactory* find(const std::string& domain, const std::string& op, int opset) const;
+  // All registered (domain, op) pairs, for `basalt inspect` and docs.
+  std::vector<std::string> op_names() const;
+
+ private:
+  struct Entry {
+    int since, until;
+    KernelFactory f;
+  };
+  std::map<std::string, std::vector<Entry>> map_;  // key "domain::op"
+};
+
+// Canonical domain: "" and "ai.onnx" are the same domain.
+inline std::string canonical_domain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }
+
+// State shared by one run() and every subgraph execution inside it.
+struct RunContext {
+  int threads = 1;
+};
+
+class KernelContext {
+ public:
+  KernelContext(const Node& node, std::span<const Value* const> inputs, std::span<Value> outputs,
+                std::span<const Value* const> implicit, RunContext& run)
+      : node_(node), inputs_(inputs), outputs_(outputs), implicit_(implicit), run_(run) {}
+
+  const Node& node() const { return node_; }
+  RunContext& run() { return run_; }
+
+  int num_inputs() const { return int(inputs_.size()); }
+  int num_outputs() const { return int(outputs_.size()); }
+  // True when input i exists (index in range, not omitted, not an empty optional).
+  bool has_input(int i) const {
+    return i >= 0 && i < num_inputs() && inputs_[size_t(i)] && !inputs_[size_t(i)]->is_none();
+  }
+  const Value& input_value(int i) const;  // error if omitted
+  const Tensor& input(int i) const;       // error if omitted or not a tensor
+  // True when output i is wanted by the graph (not omitted).
+  bool has_output(int i) const { return i >= 0 && i < num_outputs() && requested(i); }
+
+  // Allocate output i (zero-filled) and return it for writing.
+  Tensor& output(int i, DType dtype, const Shape& shape);
+  // Set output i to a value computed elsewhere (a view, an input passed through, a sequence).
+  void set_output(int i, Value v);
+
+  // Run one of this node's subgraphs with the given formal inputs. Outer-scope values the
+  // subgraph uses are supplied from this node's implicit inputs.
+  std::vector<Value> run_subgraph(const Graph& g, std::span<const Value> inputs);
+
+  [[noreturn]] void fail(ErrorCode code, const std::string& msg) const { node_.fail(code, msg); }
+
+ private:
+  bool requested(int i) const;
+  const Node& node_;
+  std::span<const Value* const> inputs_;
+  std::span<Value> outputs_;
+  std::span<const Value* const> implicit_;
+  RunContext& run_;
+};
+
+// Group registration functions: one per file in src/ops/. Listed once in registry.cpp.
+void register_elementwise_ops(OpRegistry& r);
+void register_activation_ops(OpRegistry& r);
+void register_tensor_ops(OpRegistry& r);
+void register_indexing_ops(OpRegistry& r);
+void register_reduce_ops(OpRegistry& r);
+void register_nn_ops(OpRegistry& r);
+void register_rnn_ops(OpRegistry& r);
+void register_quant_ops(OpRegistry& r);
+void register_signal_ops(OpRegistry& r);
+void register_controlflow_ops(OpRegistry& r);
+void register_sequence_ops(OpRegistry& r);
+void register_misc_ops(OpRegistry& r);
+
+}  // namespace basalt

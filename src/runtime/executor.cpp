@@ -1,0 +1,83 @@
+#include "runtime/executor.hpp"
+
+#include <new>
+
+namespace basalt {
+
+const Value& KernelContext::input_value(int i) const {
+  if (!has_input(i)) fail(ErrorCode::InvalidModel, "input " + std::to_string(i) + " is required but missing");
+  return *inputs_[size_t(i)];
+}
+
+const Tensor& KernelContext::input(int i) const {
+  const Value& v = input_value(i);
+  if (!v.is_tensor()) fail(ErrorCode::InvalidArgument, "input " + std::to_string(i) + " must be a tensor");
+  return v.tensor;
+}
+
+bool KernelContext::requested(int i) const { return node_.outputs[size_t(i)] >= 0; }
+
+Tensor& KernelContext::output(int i, DType dtype, const Shape& shape) {
+  if (i < 0 || i >= num_outputs()) fail(ErrorCode::InvalidModel, "output " + std::to_string(i) + " does not exist");
+  outputs_[size_t(i)] = Value(Tensor(dtype, shape));
+  return outputs_[size_t(i)].tensor;
+}
+
+void KernelContext::set_output(int i, Value v) {
+  if (i < 0 || i >= num_outputs()) fail(ErrorCode::InvalidModel, "output " + std::to_string(i) + " does not exist");
+  outputs_[size_t(i)] = std::move(v);
+}
+
+std::vector<Value> KernelContext::run_subgraph(const Graph& g, std::span<const Value> inputs) {
+  const std::vector<int>* map = nullptr;
+  for (auto& [sg, m] : node_.capture_index)
+    if (sg == &g) map = &m;
+  if (!map) fail(ErrorCode::Internal, "subgraph does not belong to this node");
+  std::vector<Value> caps;
+  caps.reserve(map->size());
+  for (int k : *map) caps.push_back(*implicit_[size_t(k)]);
+  return execute_graph(g, inputs, caps, run_);
+}
+
+std::vector<Value> execute_graph(const Graph& g, std::span<const Value> inputs, std::span<const Value> captures,
+                                 RunContext& rc) {
+  std::vector<Value> frame(g.values.size());
+  for (int c : g.constants) frame[size_t(c)] = Value(g.values[size_t(c)].initializer);
+  for (size_t i = 0; i < inputs.size() && i < g.inputs.size(); ++i)
+    if (!inputs[i].is_none() || !g.values[size_t(g.inputs[i])].is_initializer) frame[size_t(g.inputs[i])] = inputs[i];
+  for (size_t i = 0; i < captures.size() && i < g.captures.size(); ++i) frame[size_t(g.captures[i])] = captures[i];
+
+  std::vector<const Value*> ins, impl;
+  std::vector<Value> outs;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& node = g.nodes[ni];
+    if (!node.kernel) node.fail(ErrorCode::Unsupported, "operator " + node.op_type + " has no kernel (opset " + std::to_string(node.opset) + ")");
+    ins.assign(node.inputs.size(), nullptr);
+    for (size_t k = 0; k < node.inputs.size(); ++k)
+      if (node.inputs[k] >= 0) ins[k] = &frame[size_t(node.inputs[k])];
+    impl.assign(node.implicit_inputs.size(), nullptr);
+    for (size_t k = 0; k < node.implicit_inputs.size(); ++k) impl[k] = &frame[size_t(node.implicit_inputs[k])];
+    outs.assign(node.outputs.size(), Value());
+    KernelContext ctx(node, ins, outs, impl, rc);
+    try {
+      node.kernel->compute(ctx);
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      if (msg.rfind("node '", 0) != 0) msg = node.describe() + ": " + msg;
+      throw Error(e.code(), msg);
+    } catch (const std::bad_alloc&) {
+      node.fail(ErrorCode::MemoryLimit, "out of memory");
+    } catch (const std::exception& e) {
+      node.fail(ErrorCode::Internal, e.what());
+    }
+    for (size_t k = 0; k < node.outputs.size(); ++k)
+      if (node.outputs[k] >= 0) frame[size_t(node.outputs[k])] = std::move(outs[k]);
+    for (int v : g.free_after[ni]) frame[size_t(v)] = Value();
+  }
+  std::vector<Value> result;
+  result.reserve(g.outputs.size());
+  for (int o : g.outputs) result.push_back(frame[size_t(o)]);
+  return result;
+}
+
+}  // namespace basalt

@@ -1,0 +1,151 @@
+#include <basalt/basalt.hpp>
+
+#include "runtime/executor.hpp"
+#include "runtime/model.hpp"
+
+#include <set>
+
+namespace basalt {
+
+std::string IoInfo::type_string() const {
+  if (kind == "tensor") return dtype_onnx_type_string(dtype);
+  if (kind == "sequence") return "seq(" + dtype_onnx_type_string(dtype) + ")";
+  if (kind == "optional") return "optional(" + dtype_onnx_type_string(dtype) + ")";
+  return kind;
+}
+
+struct Session::Impl {
+  std::shared_ptr<Model> model;
+  SessionOptions opts;
+  std::vector<IoInfo> inputs, outputs;
+  std::vector<int> input_ids;  // graph input index per IoInfo
+};
+
+static IoInfo make_info(const ValueDef& v) {
+  IoInfo io;
+  io.name = v.name;
+  const TypeInfo* t = &v.type;
+  switch (t->kind) {
+    case TypeInfo::Kind::Tensor: io.kind = "tensor"; break;
+    case TypeInfo::Kind::Sequence: io.kind = "sequence"; break;
+    case TypeInfo::Kind::Optional: io.kind = "optional"; break;
+    case TypeInfo::Kind::Map: io.kind = "map"; break;
+    case TypeInfo::Kind::SparseTensor: io.kind = "sparse_tensor"; break;
+    default: io.kind = "unknown"; break;
+  }
+  while ((t->kind == TypeInfo::Kind::Sequence || t->kind == TypeInfo::Kind::Optional) && t->inner) t = t->inner.get();
+  io.dtype = t->elem;
+  io.has_shape = t->has_shape;
+  for (auto& d : t->dims) {
+    io.shape.push_back(d.fixed() ? d.value : -1);
+    io.dim_params.push_back(d.fixed() ? "" : d.param);
+  }
+  io.has_default = v.is_initializer;
+  return io;
+}
+
+
+std::unique_ptr<Session> Session::open(const std::string& path, const SessionOptions& opts) {
+  LoadOptions lo;
+  lo.allow_unsupported = opts.allow_unsupported;
+  return create(load_model_file(path, lo), opts);
+}
+
+std::unique_ptr<Session> Session::from_bytes(const void* data, size_t size, const SessionOptions& opts) {
+  LoadOptions lo;
+  lo.allow_unsupported = opts.allow_unsupported;
+  return create(load_model_bytes(data, size, lo), opts);
+}
+
+std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const SessionOptions& opts) {
+  auto impl = std::make_unique<Session::Impl>();
+  impl->model = std::move(m);
+  impl->opts = opts;
+  const Graph& g = *impl->model->graph;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    impl->inputs.push_back(make_info(g.values[size_t(g.inputs[i])]));
+    impl->input_ids.push_back(int(i));
+  }
+  for (int o : g.outputs) impl->outputs.push_back(make_info(g.values[size_t(o)]));
+  std::unique_ptr<Session> s(new Session());
+  s->impl_ = std::move(impl);
+  return s;
+}
+
+Session::~Session() = default;
+const std::vector<IoInfo>& Session::inputs() const { return impl_->inputs; }
+const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
+const Model& Session::model() const { return *impl_->model; }
+const SessionOptions& Session::options() const { return impl_->opts; }
+
+static std::string dims_str(const IoInfo& io) {
+  std::string s = "[";
+  for (size_t i = 0; i < io.shape.size(); ++i) {
+    if (i) s += ",";
+    s += io.shape[i] >= 0 ? std::to_string(io.shape[i]) : (io.dim_params[i].empty() ? "?" : io.dim_params[i]);
+  }
+  return s + "]";
+}
+
+static void check_input(const IoInfo& io, const Value& v) {
+  std::string what = "input '" + io.name + "'";
+  if (io.kind == "tensor") {
+    if (!v.is_tensor()) BASALT_THROW(InvalidArgument, what + ": expected a tensor " + io.type_string());
+    const Tensor& t = v.tensor;
+    if (io.dtype != DType::Undefined && t.dtype() != io.dtype)
+      BASALT_THROW(InvalidArgument, what + ": expected dtype " + dtype_name(io.dtype) + ", got " + dtype_name(t.dtype()));
+    if (io.has_shape) {
+      if (size_t(t.rank()) != io.shape.size())
+        BASALT_THROW(InvalidArgument, what + ": expected rank " + std::to_string(io.shape.size()) + " " + dims_str(io) +
+                                          ", got shape " + shape_str(t.shape()));
+      for (size_t d = 0; d < io.shape.size(); ++d)
+        if (io.shape[d] >= 0 && t.shape()[d] != io.shape[d])
+          BASALT_THROW(InvalidArgument, what + ": dimension " + std::to_string(d) + " must be " + std::to_string(io.shape[d]) +
+                                            " " + dims_str(io) + ", got shape " + shape_str(t.shape()));
+    }
+  } else if (io.kind == "sequence") {
+    if (!v.is_sequence()) BASALT_THROW(InvalidArgument, what + ": expected a sequence " + io.type_string());
+    for (auto& t : *v.sequence)
+      if (io.dtype != DType::Undefined && t.dtype() != io.dtype)
+        BASALT_THROW(InvalidArgument, what + ": expected sequence elements of dtype " + dtype_name(io.dtype) + ", got " +
+                                          dtype_name(t.dtype()));
+  }
+}
+
+std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>& feeds,
+                                const std::vector<std::string>& output_names) const {
+  const Graph& g = *impl_->model->graph;
+  std::vector<Value> ins(g.inputs.size());
+  std::vector<bool> given(g.inputs.size(), false);
+  for (const auto& [name, v] : feeds) {
+    size_t k = 0;
+    while (k < impl_->inputs.size() && impl_->inputs[k].name != name) ++k;
+    if (k == impl_->inputs.size()) {
+      std::string names;
+      for (auto& io : impl_->inputs) names += (names.empty() ? "" : ", ") + io.name;
+      BASALT_THROW(InvalidArgument, "unknown input '" + name + "'; the model's inputs are: " + names);
+    }
+    if (given[k]) BASALT_THROW(InvalidArgument, "input '" + name + "' given twice");
+    check_input(impl_->inputs[k], v);
+    ins[k] = v;
+    given[k] = true;
+  }
+  for (size_t k = 0; k < ins.size(); ++k)
+    if (!given[k] && !impl_->inputs[k].has_default && impl_->inputs[k].kind != "optional")
+      BASALT_THROW(InvalidArgument, "input '" + impl_->inputs[k].name + "' (" + impl_->inputs[k].type_string() + " " +
+                                        dims_str(impl_->inputs[k]) + ") is required but was not given");
+  RunContext rc;
+  rc.threads = impl_->opts.threads;
+  std::vector<Value> outs = execute_graph(g, ins, {}, rc);
+  if (output_names.empty()) return outs;
+  std::vector<Value> sel;
+  for (const auto& n : output_names) {
+    size_t k = 0;
+    while (k < impl_->outputs.size() && impl_->outputs[k].name != n) ++k;
+    if (k == impl_->outputs.size()) BASALT_THROW(InvalidArgument, "unknown output '" + n + "'");
+    sel.push_back(outs[k]);
+  }
+  return sel;
+}
+
+}  // namespace basalt

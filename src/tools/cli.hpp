@@ -1,0 +1,37 @@
+// Shared pieces of the CLI commands.
+#pragma once
+
+#include <basalt/basalt.hpp>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace basalt {
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Options that describe inputs, shared by run / bench / profile.
+struct InputSpec {
+  std::map<std::string, std::string> files;   // --input NAME=FILE
+  std::map<std::string, Shape> shapes;        // --shape NAME=1x3x224x224 ('' = scalar)
+  std::map<std::string, int64_t> dims;        // --dim SYMBOL=VALUE
+  std::map<std::string, std::string> fills;   // --fill NAME=zeros|const:V|int:LO,HI|uniform:A,B
+  uint64_t seed = 0;
+};
+
+// Parses input options at args[i] (advancing i). Returns false if args[i] is not one of them.
+bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSpec& spec);
+// Builds the feeds for a session from the spec (files, shapes, seeded random fill).
+std::vector<std::pair<std::string, Value>> make_inputs(const Session& s, const InputSpec& spec);
+// "float32 [1,3,224,224] min=.. max=.. mean=.."
+std::string summarize(const Value& v);
+
+int cmd_run(const std::vector<std::string>& args);
+int cmd_inspect(const std::vector<std::string>& args);
+int cmd_conformance(const std::vector<std::string>& args, const char* argv0);
+
+}  // namespace basalt

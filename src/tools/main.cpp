@@ -1,0 +1,57 @@
+// The `basalt` command-line tool: run, inspect, conformance.
+//
+// Exit codes: 0 success; 1 the model or its run failed (a one-line error on stderr);
+// 2 bad command line. `conformance` exits 1 when any test failed.
+#include <basalt/basalt.hpp>
+
+#include "runtime/model.hpp"
+#include "tools/cli.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+using namespace basalt;
+
+static void usage(std::FILE* f) {
+  std::fprintf(f,
+               "usage: basalt <command> [options]\n"
+               "commands:\n"
+               "  run MODEL [--input NAME=FILE.npy ...] [--shape NAME=1x3x224x224 ...] [--dim SYMBOL=VALUE ...]\n"
+               "            [--fill NAME=zeros|const:V|int:LO,HI ...] [--threads N] [--output-dir DIR]\n"
+               "  inspect MODEL\n"
+               "  conformance PATH... [--json FILE] [--expected-failures FILE] [--filter SUBSTR]\n"
+               "            [--run-expected] [--timeout SEC] [--no-fork] [--verbose]\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  try {
+    if (cmd == "run") return cmd_run(args);
+    if (cmd == "inspect") return cmd_inspect(args);
+    if (cmd == "conformance") return cmd_conformance(args, argv[0]);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "basalt %s: %s\n", cmd.c_str(), e.what());
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "basalt: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "basalt: error: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "basalt: unknown command '%s'\n", cmd.c_str());
+  usage(stderr);
+  return 2;
+}
