@@ -47,7 +47,13 @@ const uint8_t* ExternalDataResolver::resolve(const pb::TensorProto& t, size_t ex
     BASALT_THROW(InvalidModel, what + ": external data location '" + location + "' escapes the model's folder");
   std::string key = full.string();
   auto it = files_.find(key);
-  if (it == files_.end()) it = files_.emplace(key, MappedFile::open(key)).first;
+  if (it == files_.end()) {
+    try {
+      it = files_.emplace(key, MappedFile::open(key)).first;
+    } catch (const Error& e) {
+      BASALT_THROW(InvalidModel, what + ": external data: " + e.what());
+    }
+  }
   const auto& f = it->second;
   if (length < 0) length = int64_t(f->size()) - offset;
   if (offset < 0 || uint64_t(offset) > f->size() || uint64_t(length) > f->size() - uint64_t(offset))

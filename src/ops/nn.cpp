@@ -1,8 +1,1616 @@
-// Reference kernels: nn ops.
+// Reference kernels: nn ops (Conv, ConvTranspose, pools, MatMul, Gemm, Resize, GridSample, ...).
+//
+// Float-like inputs (float16, bfloat16, double) are computed through float32.
 #include "ops/common.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <numeric>
+#include <type_traits>
 
 namespace basalt {
 
-void register_nn_ops(OpRegistry& r) { (void)r; }
+namespace {
+
+// ---------------------------------------------------------------- small helpers
+
+bool is_floatlike(DType dt) {
+  return dt == DType::Float || dt == DType::Double || dt == DType::Float16 || dt == DType::BFloat16;
+}
+
+// Any numeric tensor as float32 (no copy for float32).
+Tensor tof(const Tensor& t) { return to_float32(t); }
+
+// A float32 tensor converted to dt (float-like or integer types).
+Tensor fromf(const Tensor& t, DType dt) {
+  if (dt == DType::Float) return t;
+  if (is_floatlike(dt)) return from_float32(t, dt);
+  Tensor out(dt, t.shape());
+  const float* s = t.data<float>();
+  int64_t n = t.numel();
+  if (!visit_numeric(dt, [&]<class T>() {
+        T* o = out.data<T>();
+        for (int64_t i = 0; i < n; ++i) o[i] = static_cast<T>(s[i]);
+      }))
+    BASALT_THROW(Unsupported, std::string("cannot convert float32 to ") + dtype_name(dt));
+  return out;
+}
+
+void require_float(const KernelContext& ctx, int i, DType dt) {
+  if (!is_floatlike(dt)) unsupported_dtype(ctx, i, dt);
+}
+
+std::string vec_str(const std::vector<int64_t>& v) { return shape_str(v); }
+
+enum class AutoPad { NotSet, SameUpper, SameLower, Valid };
+
+AutoPad parse_auto_pad(const Node& n) {
+  std::string s = n.attr_string("auto_pad", "NOTSET");
+  if (s == "NOTSET" || s.empty()) return AutoPad::NotSet;
+  if (s == "SAME_UPPER") return AutoPad::SameUpper;
+  if (s == "SAME_LOWER") return AutoPad::SameLower;
+  if (s == "VALID") return AutoPad::Valid;
+  n.fail(ErrorCode::InvalidModel, "auto_pad has invalid value '" + s + "'");
+}
+
+// Window attributes of Conv/ConvTranspose/pools, parsed at load.
+struct WinAttrs {
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  AutoPad auto_pad = AutoPad::NotSet;
+  bool ceil_mode = false;
+};
+
+WinAttrs parse_win(const Node& n, bool kernel_required) {
+  WinAttrs a;
+  if (kernel_required || n.has_attr("kernel_shape")) a.kernel = n.attr_ints("kernel_shape");
+  a.strides = n.attr_ints("strides", {});
+  a.dilations = n.attr_ints("dilations", {});
+  a.pads = n.attr_ints("pads", {});
+  a.auto_pad = parse_auto_pad(n);
+  a.ceil_mode = n.attr_int("ceil_mode", 0) != 0;
+  for (int64_t k : a.kernel)
+    if (k <= 0) n.fail(ErrorCode::InvalidModel, "kernel_shape must be positive, got " + vec_str(a.kernel));
+  for (int64_t s : a.strides)
+    if (s <= 0) n.fail(ErrorCode::InvalidModel, "strides must be positive, got " + vec_str(a.strides));
+  for (int64_t d : a.dilations)
+    if (d <= 0) n.fail(ErrorCode::InvalidModel, "dilations must be positive, got " + vec_str(a.dilations));
+  for (int64_t p : a.pads)
+    if (p < 0) n.fail(ErrorCode::InvalidModel, "pads must be non-negative, got " + vec_str(a.pads));
+  if (!a.kernel.empty()) {
+    size_t nd = a.kernel.size();
+    if (!a.strides.empty() && a.strides.size() != nd) n.fail(ErrorCode::InvalidModel, "strides must have one value per spatial axis");
+    if (!a.dilations.empty() && a.dilations.size() != nd) n.fail(ErrorCode::InvalidModel, "dilations must have one value per spatial axis");
+    if (!a.pads.empty() && a.pads.size() != 2 * nd) n.fail(ErrorCode::InvalidModel, "pads must have two values per spatial axis");
+  }
+  return a;
+}
+
+// Resolved geometry of a sliding window over nd spatial axes.
+struct Geom {
+  int nd = 0;
+  std::vector<int64_t> in, k, s, d, pb, pe, out;
+  int64_t in_size() const { return shape_numel(in); }
+  int64_t out_size() const { return shape_numel(out); }
+  int64_t k_size() const { return shape_numel(k); }
+};
+
+// Forward window geometry (Conv and pools).
+Geom make_geom(const KernelContext& ctx, const WinAttrs& a, const Shape& in_spatial, const std::vector<int64_t>& kernel,
+               bool pool) {
+  Geom g;
+  g.nd = int(in_spatial.size());
+  size_t nd = size_t(g.nd);
+  if (kernel.size() != nd)
+    ctx.fail(ErrorCode::InvalidArgument, "kernel has " + std::to_string(kernel.size()) + " spatial axes but input has " +
+                                             std::to_string(nd));
+  if (!a.strides.empty() && a.strides.size() != nd) ctx.fail(ErrorCode::InvalidArgument, "strides length does not match input rank");
+  if (!a.dilations.empty() && a.dilations.size() != nd) ctx.fail(ErrorCode::InvalidArgument, "dilations length does not match input rank");
+  if (!a.pads.empty() && a.pads.size() != 2 * nd) ctx.fail(ErrorCode::InvalidArgument, "pads length does not match input rank");
+  g.in = in_spatial;
+  g.k = kernel;
+  g.s = a.strides.empty() ? std::vector<int64_t>(nd, 1) : a.strides;
+  g.d = a.dilations.empty() ? std::vector<int64_t>(nd, 1) : a.dilations;
+  g.pb.assign(nd, 0);
+  g.pe.assign(nd, 0);
+  g.out.assign(nd, 0);
+  for (size_t i = 0; i < nd; ++i) {
+    int64_t ek = (g.k[i] - 1) * g.d[i] + 1;
+    int64_t in = g.in[i];
+    if (a.auto_pad == AutoPad::SameUpper || a.auto_pad == AutoPad::SameLower) {
+      int64_t out = (in + g.s[i] - 1) / g.s[i];
+      int64_t total = std::max<int64_t>(0, (out - 1) * g.s[i] + ek - in);
+      if (a.auto_pad == AutoPad::SameUpper) {
+        g.pb[i] = total / 2;
+        g.pe[i] = total - g.pb[i];
+      } else {
+        g.pe[i] = total / 2;
+        g.pb[i] = total - g.pe[i];
+      }
+      g.out[i] = out;
+    } else {
+      if (a.auto_pad == AutoPad::NotSet && !a.pads.empty()) {
+        g.pb[i] = a.pads[i];
+        g.pe[i] = a.pads[i + nd];
+      }
+      int64_t span = in + g.pb[i] + g.pe[i] - ek;
+      if (span < 0)
+        ctx.fail(ErrorCode::InvalidArgument, "input spatial shape " + shape_str(in_spatial) + " (with padding) is smaller than the kernel " +
+                                                 shape_str(kernel));
+      int64_t out;
+      if (pool && a.ceil_mode) {
+        out = (span + g.s[i] - 1) / g.s[i] + 1;
+        if ((out - 1) * g.s[i] >= in + g.pb[i]) --out;  // last window would start in the right padding
+      } else {
+        out = span / g.s[i] + 1;
+      }
+      g.out[i] = out;
+    }
+  }
+  return g;
+}
+
+// Iterate over an N-d index space: calls fn(index vector) in row-major order.
+template <class Fn>
+void for_each_index(const std::vector<int64_t>& shape, Fn&& fn) {
+  int64_t total = shape_numel(shape);
+  if (total == 0) return;
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t t = 0; t < total; ++t) {
+    fn(idx);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// float32 C[M,N] += A[M,K] * B[K,N]: 4x8 register tiles (GCC/Clang vector extensions, plain
+// SSE on x86-64), scalar i-k-j loops for the edges.
+typedef float v4f __attribute__((vector_size(16)));
+inline v4f ld4(const float* p) {
+  v4f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void st4(float* p, v4f v) { std::memcpy(p, &v, sizeof v); }
+
+// y[0..n) += a * x[0..n)
+inline void axpy(int64_t n, float a, const float* x, float* y) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    st4(y + i, ld4(y + i) + a * ld4(x + i));
+    st4(y + i + 4, ld4(y + i + 4) + a * ld4(x + i + 4));
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+void sgemm_acc(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
+  int64_t i = 0;
+  for (; i + 4 <= M; i += 4) {
+    const float* a0 = A + i * lda;
+    const float* a1 = a0 + lda;
+    const float* a2 = a1 + lda;
+    const float* a3 = a2 + lda;
+    float* c0 = C + i * ldc;
+    float* c1 = c0 + ldc;
+    float* c2 = c1 + ldc;
+    float* c3 = c2 + ldc;
+    int64_t j = 0;
+    for (; j + 8 <= N; j += 8) {
+      v4f r00 = ld4(c0 + j), r01 = ld4(c0 + j + 4), r10 = ld4(c1 + j), r11 = ld4(c1 + j + 4);
+      v4f r20 = ld4(c2 + j), r21 = ld4(c2 + j + 4), r30 = ld4(c3 + j), r31 = ld4(c3 + j + 4);
+      const float* b = B + j;
+      for (int64_t k = 0; k < K; ++k, b += ldb) {
+        v4f b0 = ld4(b), b1 = ld4(b + 4);
+        float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+        r00 += x0 * b0;
+        r01 += x0 * b1;
+        r10 += x1 * b0;
+        r11 += x1 * b1;
+        r20 += x2 * b0;
+        r21 += x2 * b1;
+        r30 += x3 * b0;
+        r31 += x3 * b1;
+      }
+      st4(c0 + j, r00); st4(c0 + j + 4, r01); st4(c1 + j, r10); st4(c1 + j + 4, r11);
+      st4(c2 + j, r20); st4(c2 + j + 4, r21); st4(c3 + j, r30); st4(c3 + j + 4, r31);
+    }
+    for (; j < N; ++j) {
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        float bv = B[k * ldb + j];
+        s0 += a0[k] * bv;
+        s1 += a1[k] * bv;
+        s2 += a2[k] * bv;
+        s3 += a3[k] * bv;
+      }
+      c0[j] += s0; c1[j] += s1; c2[j] += s2; c3[j] += s3;
+    }
+  }
+  for (; i < M; ++i) {
+    float* c = C + i * ldc;
+    const float* a = A + i * lda;
+    for (int64_t k = 0; k < K; ++k) axpy(N, a[k], B + k * ldb, c);
+  }
+}
+
+// C[M,N] += A[M,K] * B[K,N] (row-major, leading dims given). i-k-j order.
+template <class T>
+void gemm_acc(int64_t M, int64_t N, int64_t K, const T* A, int64_t lda, const T* B, int64_t ldb, T* C, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm_acc(M, N, K, A, lda, B, ldb, C, ldc);
+    return;
+  }
+  for (int64_t i = 0; i < M; ++i) {
+    T* c = C + i * ldc;
+    const T* a = A + i * lda;
+    for (int64_t k = 0; k < K; ++k) {
+      T av = a[k];
+      const T* b = B + k * ldb;
+      for (int64_t j = 0; j < N; ++j) c[j] += av * b[j];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- Conv
+
+// im2col of positions [p0, p0+cols) of the output for one group: buf[CK, cols].
+void im2col(const float* x, int64_t Cg, const Geom& g, int64_t p0, int64_t cols, float* buf, std::vector<int64_t>& starts) {
+  int nd = g.nd;
+  starts.assign(size_t(cols) * size_t(nd), 0);
+  {
+    // decompose p0 into output coordinates
+    std::vector<int64_t> oc(size_t(nd), 0);
+    int64_t p = p0;
+    for (int d = nd - 1; d >= 0; --d) {
+      oc[size_t(d)] = p % g.out[size_t(d)];
+      p /= g.out[size_t(d)];
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      for (int d = 0; d < nd; ++d) starts[size_t(j * nd + d)] = oc[size_t(d)] * g.s[size_t(d)] - g.pb[size_t(d)];
+      for (int d = nd - 1; d >= 0; --d) {
+        if (++oc[size_t(d)] < g.out[size_t(d)]) break;
+        oc[size_t(d)] = 0;
+      }
+    }
+  }
+  int64_t K = g.k_size();
+  int64_t in_sp = g.in_size();
+  std::vector<int64_t> off(static_cast<size_t>(nd));
+  std::vector<int64_t> kk(size_t(nd), 0);
+  for (int64_t kidx = 0; kidx < K; ++kidx) {
+    for (int d = 0; d < nd; ++d) off[size_t(d)] = kk[size_t(d)] * g.d[size_t(d)];
+    for (int64_t c = 0; c < Cg; ++c) {
+      float* row = buf + (c * K + kidx) * cols;
+      const float* xc = x + c * in_sp;
+      if (nd == 2) {
+        int64_t H = g.in[0], W = g.in[1];
+        for (int64_t j = 0; j < cols; ++j) {
+          int64_t h = starts[size_t(2 * j)] + off[0], w = starts[size_t(2 * j + 1)] + off[1];
+          row[j] = (h >= 0 && h < H && w >= 0 && w < W) ? xc[h * W + w] : 0.f;
+        }
+      } else {
+        for (int64_t j = 0; j < cols; ++j) {
+          int64_t idx = 0;
+          bool ok = true;
+          for (int d = 0; d < nd; ++d) {
+            int64_t v = starts[size_t(j * nd + d)] + off[size_t(d)];
+            if (v < 0 || v >= g.in[size_t(d)]) {
+              ok = false;
+              break;
+            }
+            idx = idx * g.in[size_t(d)] + v;
+          }
+          row[j] = ok ? xc[idx] : 0.f;
+        }
+      }
+    }
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++kk[size_t(d)] < g.k[size_t(d)]) break;
+      kk[size_t(d)] = 0;
+    }
+  }
+}
+
+// Direct 2-D convolution for groups with one input channel (depthwise): im2col would dominate.
+void conv_depthwise2d(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t C, int64_t M, int64_t G,
+                      const Geom& g) {
+  int64_t Mg = M / G, H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1], KH = g.k[0], KW = g.k[1];
+  int64_t sh = g.s[0], sw = g.s[1], dh = g.d[0], dw = g.d[1], ph = g.pb[0], pw = g.pb[1];
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m) {
+      int64_t c = m / Mg;
+      const float* xc = x + (n * C + c) * H * W;
+      float* yc = y + (n * M + m) * OH * OW;
+      const float* wm = w + m * KH * KW;
+      float bv = b ? b[m] : 0.f;
+      for (int64_t i = 0; i < OH * OW; ++i) yc[i] = bv;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        float* yr = yc + oh * OW;
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          int64_t ih = oh * sh - ph + kh * dh;
+          if (ih < 0 || ih >= H) continue;
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            float wv = wm[kh * KW + kw];
+            int64_t offw = kw * dw - pw;
+            // ow range with 0 <= ow*sw + offw < W
+            int64_t lo = offw >= 0 ? 0 : (-offw + sw - 1) / sw;
+            int64_t hi = W - 1 - offw < 0 ? 0 : std::min<int64_t>(OW, (W - 1 - offw) / sw + 1);
+            const float* xr = xc + ih * W + offw;
+            if (sw == 1) {
+              if (hi > lo) axpy(hi - lo, wv, xr + lo, yr + lo);
+            } else
+              for (int64_t ow = lo; ow < hi; ++ow) yr[ow] += wv * xr[ow * sw];
+          }
+        }
+      }
+    }
+}
+
+void conv_f32(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t C, int64_t M, int64_t G,
+              const Geom& g) {
+  int64_t Cg = C / G, Mg = M / G;
+  if (Cg == 1 && G > 1 && g.nd == 2) {
+    conv_depthwise2d(x, w, b, y, N, C, M, G, g);
+    return;
+  }
+  int64_t in_sp = g.in_size(), out_sp = g.out_size(), K = g.k_size(), CK = Cg * K;
+  bool direct = K == 1;
+  for (int i = 0; i < g.nd; ++i)
+    if (g.s[size_t(i)] != 1 || g.pb[size_t(i)] != 0 || g.pe[size_t(i)] != 0) direct = false;
+  int64_t chunk = std::max<int64_t>(256, (int64_t(1) << 18) / std::max<int64_t>(CK, 1));
+  chunk = std::min(chunk, out_sp);
+  std::vector<float> buf;
+  if (!direct) buf.resize(size_t(CK * chunk));
+  std::vector<int64_t> starts;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t gi = 0; gi < G; ++gi) {
+      const float* xg = x + (n * C + gi * Cg) * in_sp;
+      float* yg = y + (n * M + gi * Mg) * out_sp;
+      const float* wg = w + gi * Mg * CK;
+      for (int64_t p0 = 0; p0 < out_sp; p0 += chunk) {
+        int64_t cols = std::min(chunk, out_sp - p0);
+        const float* B;
+        int64_t ldb;
+        if (direct) {
+          B = xg + p0;
+          ldb = in_sp;
+        } else {
+          im2col(xg, Cg, g, p0, cols, buf.data(), starts);
+          B = buf.data();
+          ldb = cols;
+        }
+        gemm_acc<float>(Mg, cols, CK, wg, CK, B, ldb, yg + p0, out_sp);
+      }
+      if (b)
+        for (int64_t m = 0; m < Mg; ++m) {
+          float bv = b[gi * Mg + m];
+          float* row = yg + m * out_sp;
+          for (int64_t j = 0; j < out_sp; ++j) row[j] += bv;
+        }
+    }
+}
+
+void register_conv(OpRegistry& r) {
+  r.add("Conv", 1, [](const Node& n) {
+    WinAttrs a = parse_win(n, false);
+    int64_t group = n.attr_int("group", 1);
+    if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
+    return kernel([a, group](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      const Tensor& W = ctx.input(1);
+      require_float(ctx, 0, X.dtype());
+      require_float(ctx, 1, W.dtype());
+      if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got shape " + shape_str(X.shape()));
+      if (W.rank() != X.rank())
+        ctx.fail(ErrorCode::InvalidArgument, "W shape " + shape_str(W.shape()) + " does not match X shape " + shape_str(X.shape()));
+      int64_t N = X.dim(0), C = X.dim(1), M = W.dim(0);
+      if (W.dim(1) * group != C)
+        ctx.fail(ErrorCode::InvalidArgument, "channel mismatch: X has " + std::to_string(C) + " channels, W " +
+                                                 shape_str(W.shape()) + " with group " + std::to_string(group));
+      if (M % group != 0) ctx.fail(ErrorCode::InvalidArgument, "output channels not divisible by group");
+      Shape ksp(W.shape().begin() + 2, W.shape().end());
+      if (!a.kernel.empty() && a.kernel != ksp)
+        ctx.fail(ErrorCode::InvalidArgument, "kernel_shape " + vec_str(a.kernel) + " does not match W shape " + shape_str(W.shape()));
+      Geom g = make_geom(ctx, a, Shape(X.shape().begin() + 2, X.shape().end()), ksp, false);
+      Tensor bf;
+      if (ctx.has_input(2)) {
+        const Tensor& B = ctx.input(2);
+        require_float(ctx, 2, B.dtype());
+        if (B.numel() != M) ctx.fail(ErrorCode::InvalidArgument, "B must have " + std::to_string(M) + " elements, got " + shape_str(B.shape()));
+        bf = tof(B);
+      }
+      Tensor xf = tof(X), wf = tof(W);
+      Shape ys = {N, M};
+      ys.insert(ys.end(), g.out.begin(), g.out.end());
+      Tensor yf(DType::Float, ys);
+      conv_f32(xf.data<float>(), wf.data<float>(), bf.defined() ? bf.data<float>() : nullptr, yf.data<float>(), N, C, M, group, g);
+      ctx.set_output(0, Value(fromf(yf, X.dtype())));
+    });
+  });
+}
+
+// ---------------------------------------------------------------- ConvTranspose / Col2Im
+
+// Scatter-add columns col[ch*K + kidx, j] (positions j in [p0, p0+cols) of grid `gshape`) into
+// out[ch, out_spatial]. Geometry: out coord = grid coord * s - pb + k * d.
+void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vector<int64_t>& gshape, int64_t p0, int64_t cols,
+                const std::vector<int64_t>& k, const std::vector<int64_t>& s, const std::vector<int64_t>& d,
+                const std::vector<int64_t>& pb, const std::vector<int64_t>& out_sp_shape, float* out) {
+  int nd = int(k.size());
+  int64_t K = shape_numel(k), out_sp = shape_numel(out_sp_shape);
+  std::vector<int64_t> starts(size_t(cols * nd));
+  std::vector<int64_t> gc(size_t(nd), 0);
+  int64_t p = p0;
+  for (int i = nd - 1; i >= 0; --i) {
+    gc[size_t(i)] = p % gshape[size_t(i)];
+    p /= gshape[size_t(i)];
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    for (int i = 0; i < nd; ++i) starts[size_t(j * nd + i)] = gc[size_t(i)] * s[size_t(i)] - pb[size_t(i)];
+    for (int i = nd - 1; i >= 0; --i) {
+      if (++gc[size_t(i)] < gshape[size_t(i)]) break;
+      gc[size_t(i)] = 0;
+    }
+  }
+  std::vector<int64_t> kk(static_cast<size_t>(nd), 0), off(static_cast<size_t>(nd));
+  for (int64_t kidx = 0; kidx < K; ++kidx) {
+    for (int i = 0; i < nd; ++i) off[size_t(i)] = kk[size_t(i)] * d[size_t(i)];
+    for (int64_t c = 0; c < channels; ++c) {
+      const float* row = col + (c * K + kidx) * ld;
+      float* oc = out + c * out_sp;
+      for (int64_t j = 0; j < cols; ++j) {
+        int64_t idx = 0;
+        bool ok = true;
+        for (int i = 0; i < nd; ++i) {
+          int64_t v = starts[size_t(j * nd + i)] + off[size_t(i)];
+          if (v < 0 || v >= out_sp_shape[size_t(i)]) {
+            ok = false;
+            break;
+          }
+          idx = idx * out_sp_shape[size_t(i)] + v;
+        }
+        if (ok) oc[idx] += row[j];
+      }
+    }
+    for (int i = nd - 1; i >= 0; --i) {
+      if (++kk[size_t(i)] < k[size_t(i)]) break;
+      kk[size_t(i)] = 0;
+    }
+  }
+}
+
+void register_convtranspose(OpRegistry& r) {
+  r.add("ConvTranspose", 1, [](const Node& n) {
+    WinAttrs a = parse_win(n, false);
+    int64_t group = n.attr_int("group", 1);
+    if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
+    std::vector<int64_t> output_padding = n.attr_ints("output_padding", {});
+    std::vector<int64_t> output_shape = n.attr_ints("output_shape", {});
+    return kernel([a, group, output_padding, output_shape](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      const Tensor& W = ctx.input(1);
+      require_float(ctx, 0, X.dtype());
+      require_float(ctx, 1, W.dtype());
+      if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got shape " + shape_str(X.shape()));
+      if (W.rank() != X.rank())
+        ctx.fail(ErrorCode::InvalidArgument, "W shape " + shape_str(W.shape()) + " does not match X shape " + shape_str(X.shape()));
+      int64_t N = X.dim(0), C = X.dim(1);
+      if (W.dim(0) != C || C % group != 0)
+        ctx.fail(ErrorCode::InvalidArgument, "channel mismatch: X has " + std::to_string(C) + " channels, W is " + shape_str(W.shape()));
+      int64_t Mg = W.dim(1), M = Mg * group, Cg = C / group;
+      size_t nd = size_t(X.rank() - 2);
+      std::vector<int64_t> k(W.shape().begin() + 2, W.shape().end());
+      if (!a.kernel.empty() && a.kernel != k)
+        ctx.fail(ErrorCode::InvalidArgument, "kernel_shape " + vec_str(a.kernel) + " does not match W shape " + shape_str(W.shape()));
+      std::vector<int64_t> in(X.shape().begin() + 2, X.shape().end());
+      std::vector<int64_t> s = a.strides.empty() ? std::vector<int64_t>(nd, 1) : a.strides;
+      std::vector<int64_t> d = a.dilations.empty() ? std::vector<int64_t>(nd, 1) : a.dilations;
+      std::vector<int64_t> op = output_padding.empty() ? std::vector<int64_t>(nd, 0) : output_padding;
+      if (s.size() != nd || d.size() != nd || op.size() != nd || (!a.pads.empty() && a.pads.size() != 2 * nd))
+        ctx.fail(ErrorCode::InvalidArgument, "strides/dilations/output_padding/pads do not match the input rank");
+      std::vector<int64_t> pb(nd, 0), pe(nd, 0), out(nd, 0);
+      std::vector<int64_t> target;
+      if (!output_shape.empty()) {
+        if (output_shape.size() < nd) ctx.fail(ErrorCode::InvalidArgument, "output_shape has too few values");
+        target.assign(output_shape.end() - long(nd), output_shape.end());
+      } else if (a.auto_pad == AutoPad::SameUpper || a.auto_pad == AutoPad::SameLower) {
+        for (size_t i = 0; i < nd; ++i) target.push_back(in[i] * s[i]);
+      }
+      for (size_t i = 0; i < nd; ++i) {
+        int64_t ek = (k[i] - 1) * d[i] + 1;
+        int64_t full = s[i] * (in[i] - 1) + op[i] + ek;
+        if (!target.empty()) {
+          int64_t total = full - target[i];
+          if (total < 0) total = 0;  // output larger than the full result: extra cells stay zero
+          if (a.auto_pad == AutoPad::SameUpper) {
+            pb[i] = total / 2;
+            pe[i] = total - pb[i];
+          } else {
+            pe[i] = total / 2;
+            pb[i] = total - pe[i];
+          }
+          out[i] = target[i];
+        } else {
+          if (a.auto_pad == AutoPad::NotSet && !a.pads.empty()) {
+            pb[i] = a.pads[i];
+            pe[i] = a.pads[i + nd];
+          }
+          out[i] = full - pb[i] - pe[i];
+        }
+        if (out[i] <= 0) ctx.fail(ErrorCode::InvalidArgument, "computed output shape " + vec_str(out) + " is not positive");
+      }
+      Tensor bf;
+      if (ctx.has_input(2)) {
+        const Tensor& B = ctx.input(2);
+        require_float(ctx, 2, B.dtype());
+        if (B.numel() != M) ctx.fail(ErrorCode::InvalidArgument, "B must have " + std::to_string(M) + " elements");
+        bf = tof(B);
+      }
+      Tensor xf = tof(X), wf = tof(W);
+      Shape ys = {N, M};
+      ys.insert(ys.end(), out.begin(), out.end());
+      Tensor yf(DType::Float, ys);
+      int64_t K = shape_numel(k), MK = Mg * K, in_sp = shape_numel(in), out_sp = shape_numel(out);
+      int64_t chunk = std::min<int64_t>(in_sp, std::max<int64_t>(256, (int64_t(1) << 18) / std::max<int64_t>(MK, 1)));
+      std::vector<float> col(size_t(MK * chunk));
+      const float* x = xf.data<float>();
+      const float* w = wf.data<float>();
+      float* y = yf.data<float>();
+      for (int64_t b = 0; b < N; ++b)
+        for (int64_t gi = 0; gi < group; ++gi) {
+          const float* xg = x + (b * C + gi * Cg) * in_sp;
+          const float* wg = w + gi * Cg * MK;  // [Cg, MK]
+          float* yg = y + (b * M + gi * Mg) * out_sp;
+          for (int64_t p0 = 0; p0 < in_sp; p0 += chunk) {
+            int64_t cols = std::min(chunk, in_sp - p0);
+            std::fill(col.begin(), col.end(), 0.f);
+            // col[i, j] = sum_c wg[c, i] * xg[c, p0 + j]
+            for (int64_t c = 0; c < Cg; ++c) {
+              const float* xr = xg + c * in_sp + p0;
+              const float* wr = wg + c * MK;
+              for (int64_t i = 0; i < MK; ++i) {
+                float wv = wr[i];
+                if (wv == 0.f) continue;
+                axpy(cols, wv, xr, col.data() + i * cols);
+              }
+            }
+            col2im_add(col.data(), cols, Mg, in, p0, cols, k, s, d, pb, out, yg);
+          }
+          if (bf.defined())
+            for (int64_t m = 0; m < Mg; ++m) {
+              float bv = bf.data<float>()[gi * Mg + m];
+              float* row = yg + m * out_sp;
+              for (int64_t j = 0; j < out_sp; ++j) row[j] += bv;
+            }
+        }
+      ctx.set_output(0, Value(fromf(yf, X.dtype())));
+    });
+  });
+
+  r.add("Col2Im", 18, [](const Node& n) {
+    std::vector<int64_t> dil = n.attr_ints("dilations", {}), pads = n.attr_ints("pads", {}), strides = n.attr_ints("strides", {});
+    return kernel([dil, pads, strides](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      require_float(ctx, 0, X.dtype());
+      std::vector<int64_t> img = ctx.input(1).to_int64_vector(), blk = ctx.input(2).to_int64_vector();
+      size_t nd = img.size();
+      if (blk.size() != nd || nd == 0) ctx.fail(ErrorCode::InvalidArgument, "image_shape and block_shape must have the same non-zero length");
+      std::vector<int64_t> d = dil.empty() ? std::vector<int64_t>(nd, 1) : dil;
+      std::vector<int64_t> s = strides.empty() ? std::vector<int64_t>(nd, 1) : strides;
+      std::vector<int64_t> p = pads.empty() ? std::vector<int64_t>(2 * nd, 0) : pads;
+      if (d.size() != nd || s.size() != nd || p.size() != 2 * nd)
+        ctx.fail(ErrorCode::InvalidArgument, "dilations/strides/pads do not match image_shape length");
+      if (X.rank() != 3) ctx.fail(ErrorCode::InvalidArgument, "input must be 3-D [N, C*prod(block), L]");
+      int64_t K = shape_numel(blk);
+      for (size_t i = 0; i < nd; ++i)
+        if (blk[i] <= 0 || img[i] <= 0 || s[i] <= 0 || d[i] <= 0 || p[i] < 0 || p[i + nd] < 0)
+          ctx.fail(ErrorCode::InvalidArgument, "invalid image_shape/block_shape/attributes");
+      if (K == 0 || X.dim(1) % K != 0) ctx.fail(ErrorCode::InvalidArgument, "input dim 1 must be a multiple of prod(block_shape)");
+      std::vector<int64_t> grid(nd), pb(nd);
+      for (size_t i = 0; i < nd; ++i) {
+        int64_t ek = (blk[i] - 1) * d[i] + 1;
+        int64_t span = img[i] + p[i] + p[i + nd] - ek;
+        if (span < 0) ctx.fail(ErrorCode::InvalidArgument, "block larger than padded image");
+        grid[i] = span / s[i] + 1;
+        pb[i] = p[i];
+      }
+      int64_t L = shape_numel(grid);
+      if (X.dim(2) != L) ctx.fail(ErrorCode::InvalidArgument, "input dim 2 is " + std::to_string(X.dim(2)) + ", expected " + std::to_string(L));
+      int64_t N = X.dim(0), C = X.dim(1) / K;
+      Shape ys = {N, C};
+      ys.insert(ys.end(), img.begin(), img.end());
+      Tensor xf = tof(X);
+      Tensor yf(DType::Float, ys);
+      int64_t osp = shape_numel(img);
+      for (int64_t b = 0; b < N; ++b)
+        col2im_add(xf.data<float>() + b * C * K * L, L, C, grid, 0, L, blk, s, d, pb, img, yf.data<float>() + b * C * osp);
+      ctx.set_output(0, Value(fromf(yf, X.dtype())));
+    });
+  });
+}
+
+// ---------------------------------------------------------------- pools
+
+enum class PoolKind { Max, Avg, Lp };
+
+struct PoolOpts {
+  PoolKind kind = PoolKind::Max;
+  bool count_include_pad = false;
+  double p = 2;
+  int64_t storage_order = 0;
+};
+
+// Generic N-d pooling on float data. Writes y and optional indices (MaxPool).
+void pool_f32(const float* x, float* y, int64_t* ind, int64_t NC, const Geom& g, const PoolOpts& o) {
+  int nd = g.nd;
+  int64_t in_sp = g.in_size(), out_sp = g.out_size(), K = g.k_size();
+  // column-major strides for storage_order=1
+  std::vector<int64_t> cm(size_t(nd), 1);
+  for (int d = 1; d < nd; ++d) cm[size_t(d)] = cm[size_t(d - 1)] * g.in[size_t(d - 1)];
+  // kernel tap offsets
+  std::vector<int64_t> taps;  // K * nd
+  for_each_index(g.k, [&](const std::vector<int64_t>& kk) {
+    for (int d = 0; d < nd; ++d) taps.push_back(kk[size_t(d)] * g.d[size_t(d)]);
+  });
+  std::vector<int64_t> start(static_cast<size_t>(nd));
+  int64_t o_idx = 0;
+  for_each_index(g.out, [&](const std::vector<int64_t>& oc) {
+    for (int d = 0; d < nd; ++d) start[size_t(d)] = oc[size_t(d)] * g.s[size_t(d)] - g.pb[size_t(d)];
+    for (int64_t nc = 0; nc < NC; ++nc) {
+      const float* xc = x + nc * in_sp;
+      double acc = o.kind == PoolKind::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+      int64_t best = -1, best_cm = -1;
+      int64_t cnt_valid = 0, cnt_pad = 0;
+      for (int64_t t = 0; t < K; ++t) {
+        int64_t idx = 0, cidx = 0;
+        bool inside = true, inpad = true;
+        for (int d = 0; d < nd; ++d) {
+          int64_t v = start[size_t(d)] + taps[size_t(t * nd + d)];
+          if (v < 0 || v >= g.in[size_t(d)]) inside = false;
+          if (v < -g.pb[size_t(d)] || v >= g.in[size_t(d)] + g.pe[size_t(d)]) inpad = false;
+          idx = idx * g.in[size_t(d)] + v;
+          cidx += v * cm[size_t(d)];
+        }
+        if (inpad) ++cnt_pad;
+        if (!inside) continue;
+        ++cnt_valid;
+        double v = xc[idx];
+        switch (o.kind) {
+          case PoolKind::Max:
+            if (best < 0 || v > acc) {
+              acc = v;
+              best = idx;
+              best_cm = cidx;
+            }
+            break;
+          case PoolKind::Avg: acc += v; break;
+          case PoolKind::Lp: acc += std::pow(std::fabs(v), o.p); break;
+        }
+      }
+      float res;
+      if (o.kind == PoolKind::Max) {
+        res = best < 0 ? 0.f : float(acc);
+        if (ind) ind[nc * out_sp + o_idx] = best < 0 ? 0 : nc * in_sp + (o.storage_order ? best_cm : best);
+      } else if (o.kind == PoolKind::Avg) {
+        int64_t cnt = o.count_include_pad ? cnt_pad : cnt_valid;
+        res = cnt > 0 ? float(acc / double(cnt)) : 0.f;
+      } else {
+        res = float(std::pow(acc, 1.0 / o.p));
+      }
+      y[nc * out_sp + o_idx] = res;
+    }
+    ++o_idx;
+  });
+}
+
+double parse_p(const Node& n) {
+  const Attribute* a = n.find_attr("p");
+  if (!a) return 2.0;
+  if (a->type == Attribute::Type::Float) return a->f;
+  return double(n.attr_int("p"));
+}
+
+void register_pools(OpRegistry& r) {
+  auto make_pool = [](PoolKind kind) {
+    return [kind](const Node& n) {
+      WinAttrs a = parse_win(n, true);
+      PoolOpts o;
+      o.kind = kind;
+      o.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
+      o.storage_order = n.attr_int("storage_order", 0);
+      if (kind == PoolKind::Lp) {
+        o.p = parse_p(n);
+        if (!(o.p > 0)) n.fail(ErrorCode::InvalidModel, "p must be positive");
+      }
+      if (kind != PoolKind::Max && kind != PoolKind::Lp && !a.dilations.empty() && n.opset < 19) {
+        // AveragePool gained dilations in opset 19; accept anyway
+      }
+      return kernel([a, o](KernelContext& ctx) {
+        const Tensor& X = ctx.input(0);
+        bool ok = is_floatlike(X.dtype()) || (o.kind == PoolKind::Max && (X.dtype() == DType::Int8 || X.dtype() == DType::Uint8));
+        if (!ok) unsupported_dtype(ctx, 0, X.dtype());
+        if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got shape " + shape_str(X.shape()));
+        Geom g = make_geom(ctx, a, Shape(X.shape().begin() + 2, X.shape().end()), a.kernel, true);
+        Shape ys = {X.dim(0), X.dim(1)};
+        ys.insert(ys.end(), g.out.begin(), g.out.end());
+        Tensor xf = tof(X);
+        Tensor yf(DType::Float, ys);
+        int64_t* ind = nullptr;
+        if (o.kind == PoolKind::Max && ctx.num_outputs() > 1 && ctx.has_output(1))
+          ind = ctx.output(1, DType::Int64, ys).data<int64_t>();
+        pool_f32(xf.data<float>(), yf.data<float>(), ind, X.dim(0) * X.dim(1), g, o);
+        ctx.set_output(0, Value(fromf(yf, X.dtype())));
+      });
+    };
+  };
+  r.add("MaxPool", 1, make_pool(PoolKind::Max));
+  r.add("AveragePool", 1, make_pool(PoolKind::Avg));
+  r.add("LpPool", 1, make_pool(PoolKind::Lp));
+
+  auto make_global = [](PoolKind kind) {
+    return [kind](const Node& n) {
+      double p = kind == PoolKind::Lp ? parse_p(n) : 2.0;
+      return kernel([kind, p](KernelContext& ctx) {
+        const Tensor& X = ctx.input(0);
+        require_float(ctx, 0, X.dtype());
+        if (X.rank() < 2) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 2");
+        Shape ys = X.shape();
+        for (size_t i = 2; i < ys.size(); ++i) ys[i] = 1;
+        int64_t NC = X.dim(0) * X.dim(1);
+        int64_t sp = NC ? X.numel() / NC : 0;
+        Tensor xf = tof(X);
+        Tensor yf(DType::Float, ys);
+        const float* x = xf.data<float>();
+        float* y = yf.data<float>();
+        for (int64_t i = 0; i < NC; ++i) {
+          const float* xc = x + i * sp;
+          double acc = kind == PoolKind::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+          for (int64_t j = 0; j < sp; ++j) {
+            double v = xc[j];
+            if (kind == PoolKind::Max) acc = (v > acc || std::isnan(v)) ? v : acc;
+            else if (kind == PoolKind::Avg) acc += v;
+            else acc += std::pow(std::fabs(v), p);
+          }
+          if (kind == PoolKind::Avg) acc = sp ? acc / double(sp) : 0.0;
+          if (kind == PoolKind::Lp) acc = std::pow(acc, 1.0 / p);
+          y[i] = float(acc);
+        }
+        ctx.set_output(0, Value(fromf(yf, X.dtype())));
+      });
+    };
+  };
+  r.add("GlobalMaxPool", 1, make_global(PoolKind::Max));
+  r.add("GlobalAveragePool", 1, make_global(PoolKind::Avg));
+  r.add("GlobalLpPool", 1, make_global(PoolKind::Lp));
+
+  r.add("MaxUnpool", 9, [](const Node& n) {
+    WinAttrs a = parse_win(n, true);
+    return kernel([a](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      const Tensor& I = ctx.input(1);
+      if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3");
+      if (I.shape() != X.shape()) ctx.fail(ErrorCode::InvalidArgument, "I must have the shape of X");
+      if (I.dtype() != DType::Int64) unsupported_dtype(ctx, 1, I.dtype());
+      size_t nd = size_t(X.rank() - 2);
+      if (a.kernel.size() != nd) ctx.fail(ErrorCode::InvalidArgument, "kernel_shape does not match input rank");
+      std::vector<int64_t> s = a.strides.empty() ? std::vector<int64_t>(nd, 1) : a.strides;
+      std::vector<int64_t> p = a.pads.empty() ? std::vector<int64_t>(2 * nd, 0) : a.pads;
+      if (s.size() != nd || p.size() != 2 * nd) ctx.fail(ErrorCode::InvalidArgument, "strides/pads do not match input rank");
+      Shape ys = {X.dim(0), X.dim(1)};
+      for (size_t i = 0; i < nd; ++i) ys.push_back((X.dim(int(i) + 2) - 1) * s[i] + a.kernel[i] - p[i] - p[i + nd]);
+      Shape inferred = ys;
+      if (ctx.has_input(2)) {
+        std::vector<int64_t> os = ctx.input(2).to_int64_vector();
+        if (os.size() != ys.size()) ctx.fail(ErrorCode::InvalidArgument, "output_shape must have rank " + std::to_string(ys.size()));
+        ys = os;
+      }
+      for (int64_t v : ys)
+        if (v < 0) ctx.fail(ErrorCode::InvalidArgument, "invalid output shape " + shape_str(ys));
+      for (int64_t v : inferred)
+        if (v <= 0) ctx.fail(ErrorCode::InvalidArgument, "invalid inferred output shape " + shape_str(inferred));
+      Tensor& Y = ctx.output(0, X.dtype(), ys);
+      int64_t total = shape_numel(inferred);
+      bool same = inferred == ys;
+      const int64_t* idx = I.data<int64_t>();
+      // Indices address the inferred (default) output layout; when output_shape differs, the
+      // element keeps its coordinates in the larger output.
+      auto map_index = [&](int64_t flat) -> int64_t {
+        if (flat < 0 || flat >= total)
+          ctx.fail(ErrorCode::InvalidArgument, "index " + std::to_string(flat) + " out of range for output of shape " + shape_str(inferred));
+        if (same) return flat;
+        int64_t out = 0, mul = 1;
+        for (size_t d = inferred.size(); d-- > 0;) {
+          int64_t c = flat % inferred[d];
+          flat /= inferred[d];
+          if (c >= ys[d]) ctx.fail(ErrorCode::InvalidArgument, "index does not fit output_shape " + shape_str(ys));
+          out += c * mul;
+          mul *= ys[d];
+        }
+        return out;
+      };
+      if (!visit_numeric(X.dtype(), [&]<class T>() {
+            const T* x = X.data<T>();
+            T* y = Y.data<T>();
+            for (int64_t i = 0; i < X.numel(); ++i) y[map_index(idx[i])] = x[i];
+          }))
+        unsupported_dtype(ctx, 0, X.dtype());
+    });
+  });
+
+  r.add("MaxRoiPool", 1, [](const Node& n) {
+    std::vector<int64_t> pooled = n.attr_ints("pooled_shape");
+    float scale = n.attr_float("spatial_scale", 1.0f);
+    if (pooled.size() != 2 || pooled[0] <= 0 || pooled[1] <= 0) n.fail(ErrorCode::InvalidModel, "pooled_shape must be 2 positive values");
+    return kernel([pooled, scale](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      const Tensor& R = ctx.input(1);
+      require_float(ctx, 0, X.dtype());
+      if (X.rank() != 4) ctx.fail(ErrorCode::InvalidArgument, "X must be 4-D");
+      if (R.rank() != 2 || R.dim(1) != 5) ctx.fail(ErrorCode::InvalidArgument, "rois must have shape [num_rois, 5]");
+      int64_t N = X.dim(0), C = X.dim(1), H = X.dim(2), W = X.dim(3), nr = R.dim(0), PH = pooled[0], PW = pooled[1];
+      Tensor xf = tof(X), rf = tof(R);
+      Tensor yf(DType::Float, {nr, C, PH, PW});
+      const float* x = xf.data<float>();
+      const float* rr = rf.data<float>();
+      float* y = yf.data<float>();
+      for (int64_t i = 0; i < nr; ++i) {
+        const float* roi = rr + i * 5;
+        int64_t b = int64_t(roi[0]);
+        if (b < 0 || b >= N) ctx.fail(ErrorCode::InvalidArgument, "roi batch index out of range");
+        int64_t sw = int64_t(std::round(roi[1] * scale)), sh = int64_t(std::round(roi[2] * scale));
+        int64_t ew = int64_t(std::round(roi[3] * scale)), eh = int64_t(std::round(roi[4] * scale));
+        int64_t rw = std::max<int64_t>(ew - sw + 1, 1), rh = std::max<int64_t>(eh - sh + 1, 1);
+        double bh = double(rh) / double(PH), bw = double(rw) / double(PW);
+        for (int64_t c = 0; c < C; ++c) {
+          const float* xc = x + (b * C + c) * H * W;
+          for (int64_t ph = 0; ph < PH; ++ph)
+            for (int64_t pw = 0; pw < PW; ++pw) {
+              int64_t hs = std::clamp<int64_t>(int64_t(std::floor(double(ph) * bh)) + sh, 0, H);
+              int64_t he = std::clamp<int64_t>(int64_t(std::ceil(double(ph + 1) * bh)) + sh, 0, H);
+              int64_t ws = std::clamp<int64_t>(int64_t(std::floor(double(pw) * bw)) + sw, 0, W);
+              int64_t we = std::clamp<int64_t>(int64_t(std::ceil(double(pw + 1) * bw)) + sw, 0, W);
+              float m = -std::numeric_limits<float>::infinity();
+              bool empty = he <= hs || we <= ws;
+              for (int64_t h = hs; h < he; ++h)
+                for (int64_t w = ws; w < we; ++w) m = std::max(m, xc[h * W + w]);
+              y[((i * C + c) * PH + ph) * PW + pw] = empty ? 0.f : m;
+            }
+        }
+      }
+      ctx.set_output(0, Value(fromf(yf, X.dtype())));
+    });
+  });
+}
+
+// ---------------------------------------------------------------- MatMul / Gemm
+
+template <class T>
+void matmul_typed(const Tensor& A, const Tensor& B, Tensor& Y, const Shape& abatch, const Shape& bbatch, const Shape& obatch,
+                  int64_t M, int64_t K, int64_t N) {
+  std::vector<int64_t> st[2] = {broadcast_strides(abatch, obatch), broadcast_strides(bbatch, obatch)};
+  const T* a = A.data<T>();
+  const T* b = B.data<T>();
+  T* y = Y.data<T>();
+  for_each_broadcast(obatch, st, [&](int64_t i, const int64_t* off) {
+    gemm_acc<T>(M, N, K, a + off[0] * M * K, K, b + off[1] * K * N, N, y + i * M * N, N);
+  });
+}
+
+void register_matmul(OpRegistry& r) {
+  r.add("MatMul", 1, [](const Node&) {
+    return kernel([](KernelContext& ctx) {
+      const Tensor& A = ctx.input(0);
+      const Tensor& B = ctx.input(1);
+      if (A.dtype() != B.dtype()) ctx.fail(ErrorCode::InvalidArgument, "A and B must have the same type");
+      if (A.rank() < 1 || B.rank() < 1) ctx.fail(ErrorCode::InvalidArgument, "MatMul operands must have rank >= 1");
+      Shape as = A.shape(), bs = B.shape();
+      bool a1 = as.size() == 1, b1 = bs.size() == 1;
+      if (a1) as.insert(as.begin(), 1);
+      if (b1) bs.push_back(1);
+      int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+      if (bs[bs.size() - 2] != K)
+        ctx.fail(ErrorCode::InvalidArgument, "shapes " + shape_str(A.shape()) + " and " + shape_str(B.shape()) + " are not compatible");
+      Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+      Shape ob = broadcast_shapes(ctx, ab, bb);
+      Shape ys = ob;
+      if (!a1) ys.push_back(M);
+      if (!b1) ys.push_back(N);
+      Shape full = ob;
+      full.push_back(M);
+      full.push_back(N);
+      DType dt = A.dtype();
+      if (dt == DType::Float16 || dt == DType::BFloat16) {
+        Tensor af = tof(A), bf = tof(B);
+        Tensor yf(DType::Float, full);
+        matmul_typed<float>(af, bf, yf, ab, bb, ob, M, K, N);
+        ctx.set_output(0, Value(fromf(yf, dt).reshaped(ys)));
+        return;
+      }
+      Tensor Y(dt, full);
+      bool ok = false;
+      switch (dt) {
+        case DType::Float: matmul_typed<float>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+        case DType::Double: matmul_typed<double>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+        case DType::Int32: matmul_typed<int32_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+        case DType::Int64: matmul_typed<int64_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+        case DType::Uint32: matmul_typed<uint32_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+        case DType::Uint64: matmul_typed<uint64_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+        default: break;
+      }
+      if (!ok) unsupported_dtype(ctx, 0, dt);
+      ctx.set_output(0, Value(Y.reshaped(ys)));
+    });
+  });
+
+  r.add("Gemm", 1, [](const Node& n) {
+    float alpha = n.attr_float("alpha", 1.0f), beta = n.attr_float("beta", 1.0f);
+    bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+    return kernel([alpha, beta, ta, tb](KernelContext& ctx) {
+      const Tensor& A = ctx.input(0);
+      const Tensor& B = ctx.input(1);
+      if (A.rank() != 2 || B.rank() != 2)
+        ctx.fail(ErrorCode::InvalidArgument, "A and B must be 2-D, got " + shape_str(A.shape()) + " and " + shape_str(B.shape()));
+      if (A.dtype() != B.dtype()) ctx.fail(ErrorCode::InvalidArgument, "A and B must have the same type");
+      int64_t M = ta ? A.dim(1) : A.dim(0), K = ta ? A.dim(0) : A.dim(1);
+      int64_t KB = tb ? B.dim(1) : B.dim(0), N = tb ? B.dim(0) : B.dim(1);
+      if (K != KB)
+        ctx.fail(ErrorCode::InvalidArgument, "inner dimensions do not match: A " + shape_str(A.shape()) + ", B " + shape_str(B.shape()));
+      const Tensor* Cp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+      if (Cp) {
+        const Shape& cs = Cp->shape();
+        bool okc = cs.size() <= 2;
+        if (okc && cs.size() >= 1 && cs.back() != 1 && cs.back() != N) okc = false;
+        if (okc && cs.size() == 2 && cs[0] != 1 && cs[0] != M) okc = false;
+        if (!okc) ctx.fail(ErrorCode::InvalidArgument, "C shape " + shape_str(cs) + " cannot broadcast to [" + std::to_string(M) + "," + std::to_string(N) + "]");
+      }
+      DType dt = A.dtype();
+      auto run = [&]<class T, class Acc>(const T* a, const T* b, const Tensor* C, T* y) {
+        // materialize op(A) [M,K] and op(B) [K,N] in Acc
+        std::vector<Acc> aa(size_t(M * K)), bb(size_t(K * N)), yy(size_t(M * N), Acc(0));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t k = 0; k < K; ++k) aa[size_t(i * K + k)] = Acc(ta ? a[k * M + i] : a[i * K + k]);
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = 0; j < N; ++j) bb[size_t(k * N + j)] = Acc(tb ? b[j * K + k] : b[k * N + j]);
+        gemm_acc<Acc>(M, N, K, aa.data(), K, bb.data(), N, yy.data(), N);
+        std::vector<int64_t> cst;
+        const T* c = nullptr;
+        if (C) {
+          cst = broadcast_strides(C->shape(), {M, N});
+          c = C->data<T>();
+        }
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            Acc v = Acc(alpha) * yy[size_t(i * N + j)];
+            if (c) v += Acc(beta) * Acc(c[i * cst[0] + j * cst[1]]);
+            y[i * N + j] = T(v);
+          }
+      };
+      if (Cp && Cp->dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "C must have the type of A");
+      Tensor& Y = ctx.output(0, dt, {M, N});
+      switch (dt) {
+        case DType::Float: run.template operator()<float, float>(A.data<float>(), B.data<float>(), Cp, Y.data<float>()); break;
+        case DType::Double: run.template operator()<double, double>(A.data<double>(), B.data<double>(), Cp, Y.data<double>()); break;
+        case DType::Float16: run.template operator()<float16, float>(A.data<float16>(), B.data<float16>(), Cp, Y.data<float16>()); break;
+        case DType::BFloat16: run.template operator()<bfloat16, float>(A.data<bfloat16>(), B.data<bfloat16>(), Cp, Y.data<bfloat16>()); break;
+        case DType::Int32: run.template operator()<int32_t, int64_t>(A.data<int32_t>(), B.data<int32_t>(), Cp, Y.data<int32_t>()); break;
+        case DType::Int64: run.template operator()<int64_t, int64_t>(A.data<int64_t>(), B.data<int64_t>(), Cp, Y.data<int64_t>()); break;
+        case DType::Uint32: run.template operator()<uint32_t, uint64_t>(A.data<uint32_t>(), B.data<uint32_t>(), Cp, Y.data<uint32_t>()); break;
+        case DType::Uint64: run.template operator()<uint64_t, uint64_t>(A.data<uint64_t>(), B.data<uint64_t>(), Cp, Y.data<uint64_t>()); break;
+        default: unsupported_dtype(ctx, 0, dt);
+      }
+    });
+  });
+}
+
+
+// ---------------------------------------------------------------- Resize / Upsample
+
+struct ResizeCfg {
+  int mode = 0;  // 0 nearest, 1 linear, 2 cubic
+  std::string ctm = "half_pixel";
+  std::string nearest_mode = "round_prefer_floor";  // "simple": opset < 11 behavior
+  double cubic_a = -0.75;
+  bool exclude_outside = false;
+  float extrapolation = 0.f;
+  bool antialias = false;
+  std::vector<int64_t> axes;
+  std::string policy = "stretch";
+};
+
+int parse_resize_mode(const Node& n, const std::string& m) {
+  if (m == "nearest") return 0;
+  if (m == "linear" || m == "bilinear" || m == "trilinear") return 1;
+  if (m == "cubic" || m == "bicubic") return 2;
+  n.fail(ErrorCode::InvalidModel, "unsupported mode '" + m + "'");
+}
+
+double resize_coord(const ResizeCfg& c, int64_t xo, int64_t in_len, int64_t out_len, double scale, double rs, double re) {
+  double x = double(xo);
+  const std::string& m = c.ctm;
+  double out_f = scale * double(in_len);  // the unrounded resized length
+  if (m == "half_pixel") return (x + 0.5) / scale - 0.5;
+  if (m == "half_pixel_symmetric") {
+    double adj = double(out_len) / (scale * double(in_len));
+    double center = double(in_len) / 2.0;
+    double offset = center * (1.0 - adj);
+    return offset + (x + 0.5) / scale - 0.5;
+  }
+  if (m == "pytorch_half_pixel") return out_len > 1 ? (x + 0.5) / scale - 0.5 : 0.0;
+  if (m == "align_corners") return out_len == 1 ? 0.0 : x * double(in_len - 1) / (out_f - 1.0);
+  if (m == "asymmetric") return x / scale;
+  if (m == "tf_half_pixel_for_nn") return (x + 0.5) / scale;
+  // tf_crop_and_resize
+  if (out_len > 1) return rs * double(in_len - 1) + x * (re - rs) * double(in_len - 1) / (out_f - 1.0);
+  return 0.5 * (rs + re) * double(in_len - 1);
+}
+
+double cubic_w(double a, double A) {
+  a = std::fabs(a);
+  if (a < 1) return ((A + 2) * a - (A + 3)) * a * a + 1;
+  if (a < 2) return ((A * a - 5 * A) * a + 8 * A) * a - 4 * A;
+  return 0;
+}
+
+// One pass along one axis: data [outer, in_len, inner] -> [outer, out_len, inner].
+void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int64_t out_len, int64_t inner, const ResizeCfg& c,
+                 double scale, double rs, double re) {
+  std::vector<std::vector<std::pair<int64_t, double>>> taps(static_cast<size_t>(out_len));
+  std::vector<char> ext(size_t(out_len), 0);
+  for (int64_t xo = 0; xo < out_len; ++xo) {
+    double x = resize_coord(c, xo, in_len, out_len, scale, rs, re);
+    auto& t = taps[size_t(xo)];
+    if (c.ctm == "tf_crop_and_resize" && (x < 0 || x > double(in_len - 1))) {
+      ext[size_t(xo)] = 1;
+      continue;
+    }
+    if (c.mode == 0) {
+      double fl = std::floor(x);
+      int64_t i;
+      if (c.nearest_mode == "simple") i = scale < 1 ? int64_t(std::ceil(x)) : int64_t(x);
+      else if (c.nearest_mode == "floor") i = int64_t(fl);
+      else if (c.nearest_mode == "ceil") i = int64_t(std::ceil(x));
+      else if (c.nearest_mode == "round_prefer_ceil") i = (x - fl == 0.5) ? int64_t(fl) + 1 : int64_t(std::round(x));
+      else i = (x - fl == 0.5) ? int64_t(fl) : int64_t(std::round(x));
+      t.push_back({std::clamp<int64_t>(i, 0, in_len - 1), 1.0});
+      continue;
+    }
+    double s = c.antialias ? std::min(scale, 1.0) : 1.0;
+    double x0 = std::floor(x), f = x - x0;
+    int64_t j0, j1;
+    if (c.mode == 1) {
+      j0 = int64_t(std::floor(-1.0 / s)) + 1;
+      j1 = 1 - j0;
+    } else {
+      j0 = int64_t(std::floor(-2.0 / s)) + 1;
+      j1 = 1 - j0;
+    }
+    double sum = 0;
+    for (int64_t j = j0; j <= j1; ++j) {
+      double arg = (double(j) - f) * s;
+      double w = c.mode == 1 ? std::max(0.0, 1.0 - std::fabs(arg)) : cubic_w(arg, c.cubic_a);
+      sum += w;
+      int64_t idx = int64_t(x0) + j;
+      t.push_back({idx, w});
+    }
+    if (sum != 0)
+      for (auto& p : t) p.second /= sum;
+    if (c.exclude_outside) {
+      double s2 = 0;
+      for (auto& p : t) {
+        if (p.first < 0 || p.first >= in_len) p.second = 0;
+        s2 += p.second;
+      }
+      if (s2 != 0)
+        for (auto& p : t) p.second /= s2;
+    }
+    for (auto& p : t) p.first = std::clamp<int64_t>(p.first, 0, in_len - 1);
+  }
+  for (int64_t o = 0; o < outer; ++o) {
+    const float* src = in + o * in_len * inner;
+    for (int64_t xo = 0; xo < out_len; ++xo) {
+      float* dst = out + (o * out_len + xo) * inner;
+      if (ext[size_t(xo)]) {
+        for (int64_t i = 0; i < inner; ++i) dst[i] = c.extrapolation;
+        continue;
+      }
+      const auto& t = taps[size_t(xo)];
+      if (t.size() == 1) {
+        const float* s0 = src + t[0].first * inner;
+        for (int64_t i = 0; i < inner; ++i) dst[i] = s0[i];
+        continue;
+      }
+      for (int64_t i = 0; i < inner; ++i) dst[i] = 0;
+      for (auto& p : t) {
+        if (p.second == 0) continue;
+        const float* s0 = src + p.first * inner;
+        float w = float(p.second);
+        for (int64_t i = 0; i < inner; ++i) dst[i] += w * s0[i];
+      }
+    }
+  }
+}
+
+// Resize X (any float-like or numeric type) to out shape with per-axis scales and roi.
+Tensor resize_run(const KernelContext& ctx, const Tensor& X, const Shape& out, const std::vector<double>& scales,
+                  const std::vector<double>& rs, const std::vector<double>& re, const ResizeCfg& c) {
+  bool numeric_ok = is_floatlike(X.dtype()) || dtype_is_integer(X.dtype());
+  if (!numeric_ok || X.dtype() == DType::Int4 || X.dtype() == DType::Uint4 || X.dtype() == DType::Int2 || X.dtype() == DType::Uint2)
+    unsupported_dtype(ctx, 0, X.dtype());
+  Tensor cur = tof(X);
+  Shape cs = X.shape();
+  int r = X.rank();
+  for (int a = 0; a < r; ++a) {
+    if (out[size_t(a)] == cs[size_t(a)] && scales[size_t(a)] == 1.0 && c.ctm != "tf_crop_and_resize") continue;
+    if (cs[size_t(a)] == 0) ctx.fail(ErrorCode::InvalidArgument, "cannot resize an empty axis");
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < a; ++d) outer *= cs[size_t(d)];
+    for (int d = a + 1; d < r; ++d) inner *= cs[size_t(d)];
+    Shape ns = cs;
+    ns[size_t(a)] = out[size_t(a)];
+    Tensor nt(DType::Float, ns);
+    resize_axis(cur.data<float>(), nt.data<float>(), outer, cs[size_t(a)], out[size_t(a)], inner, c, scales[size_t(a)], rs[size_t(a)],
+                re[size_t(a)]);
+    cur = nt;
+    cs = ns;
+  }
+  if (cur.shape() != out) cur = cur.reshaped(out);
+  if (dtype_is_integer(X.dtype()) && c.mode != 0) {
+    // round to nearest and saturate for integer outputs
+    float* p = cur.data<float>();
+    double lo = 0, hi = 0;
+    switch (X.dtype()) {
+      case DType::Uint8: lo = 0; hi = 255; break;
+      case DType::Int8: lo = -128; hi = 127; break;
+      default: lo = -3.4e38; hi = 3.4e38; break;
+    }
+    for (int64_t i = 0; i < cur.numel(); ++i) p[i] = float(std::clamp<double>(std::nearbyint(p[i]), lo, hi));
+  }
+  if (cur.storage() == X.storage() && X.dtype() == DType::Float) return cur;
+  return fromf(cur, X.dtype());
+}
+
+void register_resize(OpRegistry& r) {
+  r.add("Resize", 10, [](const Node& n) {
+    ResizeCfg c;
+    c.mode = parse_resize_mode(n, n.attr_string("mode", "nearest"));
+    if (n.opset < 11) {
+      c.ctm = "asymmetric";
+      c.nearest_mode = "simple";
+    } else {
+      c.ctm = n.attr_string("coordinate_transformation_mode", "half_pixel");
+      c.nearest_mode = n.attr_string("nearest_mode", "round_prefer_floor");
+      c.cubic_a = n.attr_float("cubic_coeff_a", -0.75f);
+      c.exclude_outside = n.attr_int("exclude_outside", 0) != 0;
+      c.extrapolation = n.attr_float("extrapolation_value", 0.f);
+      c.antialias = n.attr_int("antialias", 0) != 0;
+      c.axes = n.attr_ints("axes", {});
+      c.policy = n.attr_string("keep_aspect_ratio_policy", "stretch");
+    }
+    static const char* ctms[] = {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+                                 "tf_half_pixel_for_nn", "tf_crop_and_resize"};
+    if (std::find_if(std::begin(ctms), std::end(ctms), [&](const char* s) { return c.ctm == s; }) == std::end(ctms))
+      n.fail(ErrorCode::InvalidModel, "unsupported coordinate_transformation_mode '" + c.ctm + "'");
+    static const char* nms[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil", "simple"};
+    if (std::find_if(std::begin(nms), std::end(nms), [&](const char* s) { return c.nearest_mode == s; }) == std::end(nms))
+      n.fail(ErrorCode::InvalidModel, "unsupported nearest_mode '" + c.nearest_mode + "'");
+    if (c.policy != "stretch" && c.policy != "not_larger" && c.policy != "not_smaller")
+      n.fail(ErrorCode::InvalidModel, "unsupported keep_aspect_ratio_policy '" + c.policy + "'");
+    return kernel([c](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      int r = X.rank();
+      bool v10 = ctx.node().opset < 11;
+      std::vector<int64_t> axes;
+      if (c.axes.empty()) {
+        for (int i = 0; i < r; ++i) axes.push_back(i);
+      } else {
+        std::vector<char> seen(size_t(r), 0);
+        for (int64_t a : c.axes) {
+          int na = normalize_axis(ctx, a, r);
+          if (seen[size_t(na)]) ctx.fail(ErrorCode::InvalidArgument, "axes contains a duplicate");
+          seen[size_t(na)] = 1;
+          axes.push_back(na);
+        }
+      }
+      size_t na = axes.size();
+      std::vector<double> rs(size_t(r), 0.0), re(size_t(r), 1.0), scales(size_t(r), 1.0);
+      Shape out = X.shape();
+      int si = v10 ? 1 : 2;
+      bool has_scales = ctx.has_input(si) && ctx.input(si).numel() > 0;
+      bool has_sizes = !v10 && ctx.has_input(3) && ctx.input(3).numel() > 0;
+      if (!v10 && ctx.has_input(1) && ctx.input(1).numel() > 0) {
+        const Tensor& R = ctx.input(1);
+        if (size_t(R.numel()) != 2 * na) ctx.fail(ErrorCode::InvalidArgument, "roi must have 2 * " + std::to_string(na) + " values");
+        for (size_t i = 0; i < na; ++i) {
+          rs[size_t(axes[i])] = R.get_double(int64_t(i));
+          re[size_t(axes[i])] = R.get_double(int64_t(na + i));
+        }
+      }
+      if (has_scales == has_sizes)
+        ctx.fail(ErrorCode::InvalidArgument, has_scales ? "only one of scales and sizes may be given" : "one of scales and sizes is required");
+      if (has_scales) {
+        const Tensor& S = ctx.input(si);
+        if (size_t(S.numel()) != na)
+          ctx.fail(ErrorCode::InvalidArgument, "scales must have " + std::to_string(na) + " values, got " + std::to_string(S.numel()));
+        for (size_t i = 0; i < na; ++i) {
+          double sv = S.get_double(int64_t(i));
+          if (!(sv > 0)) ctx.fail(ErrorCode::InvalidArgument, "scales must be positive");
+          size_t a = size_t(axes[i]);
+          scales[a] = sv;
+          out[a] = int64_t(std::floor(double(X.dim(int(a))) * sv));
+        }
+      } else {
+        std::vector<int64_t> sz = ctx.input(3).to_int64_vector();
+        if (sz.size() != na) ctx.fail(ErrorCode::InvalidArgument, "sizes must have " + std::to_string(na) + " values");
+        for (int64_t v : sz)
+          if (v < 0) ctx.fail(ErrorCode::InvalidArgument, "sizes must be non-negative");
+        if (c.policy == "stretch") {
+          for (size_t i = 0; i < na; ++i) {
+            size_t a = size_t(axes[i]);
+            out[a] = sz[i];
+            scales[a] = X.dim(int(a)) ? double(sz[i]) / double(X.dim(int(a))) : 1.0;
+          }
+        } else {
+          double sc = c.policy == "not_larger" ? std::numeric_limits<double>::infinity() : 0.0;
+          for (size_t i = 0; i < na; ++i) {
+            double v = double(sz[i]) / double(std::max<int64_t>(1, X.dim(int(axes[i]))));
+            sc = c.policy == "not_larger" ? std::min(sc, v) : std::max(sc, v);
+          }
+          for (size_t i = 0; i < na; ++i) {
+            size_t a = size_t(axes[i]);
+            scales[a] = sc;
+            out[a] = int64_t(std::round(sc * double(X.dim(int(a)))));
+          }
+        }
+      }
+      for (size_t a = 0; a < size_t(r); ++a)
+        if (out[a] != X.dim(int(a)) && (X.dim(int(a)) == 0 || out[a] == 0))
+          ctx.fail(ErrorCode::InvalidArgument, "cannot resize " + shape_str(X.shape()) + " to " + shape_str(out));
+      ctx.set_output(0, Value(resize_run(ctx, X, out, scales, rs, re, c)));
+    });
+  });
+
+  r.add("Upsample", 7, [](const Node& n) {
+    ResizeCfg c;
+    c.mode = parse_resize_mode(n, n.attr_string("mode", "nearest"));
+    c.ctm = "asymmetric";
+    c.nearest_mode = "simple";
+    std::vector<float> attr_scales;
+    if (n.opset < 9) attr_scales = n.attr_floats("scales");
+    return kernel([c, attr_scales](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      int r = X.rank();
+      std::vector<double> sc;
+      if (ctx.node().opset < 9) {
+        for (float f : attr_scales) sc.push_back(f);
+      } else {
+        const Tensor& S = ctx.input(1);
+        for (int64_t i = 0; i < S.numel(); ++i) sc.push_back(S.get_double(i));
+      }
+      if (sc.size() != size_t(r)) ctx.fail(ErrorCode::InvalidArgument, "scales must have one value per input dimension");
+      Shape out = X.shape();
+      for (int a = 0; a < r; ++a) {
+        if (!(sc[size_t(a)] > 0)) ctx.fail(ErrorCode::InvalidArgument, "scales must be positive");
+        out[size_t(a)] = int64_t(std::floor(double(X.dim(a)) * sc[size_t(a)]));
+      }
+      std::vector<double> rs(size_t(r), 0.0), re(size_t(r), 1.0);
+      ctx.set_output(0, Value(resize_run(ctx, X, out, sc, rs, re, c)));
+    });
+  });
+}
+
+
+// ---------------------------------------------------------------- GridSample
+
+double gs_reflect(double x, double lo, double hi) {
+  double rng = hi - lo;
+  if (rng <= 0) return lo;
+  if (x < lo) {
+    double dx = lo - x;
+    int64_t k = int64_t(dx / rng);
+    double r = dx - double(k) * rng;
+    return (k % 2 == 0) ? lo + r : hi - r;
+  }
+  if (x > hi) {
+    double dx = x - hi;
+    int64_t k = int64_t(dx / rng);
+    double r = dx - double(k) * rng;
+    return (k % 2 == 0) ? hi - r : lo + r;
+  }
+  return x;
+}
+
+void register_gridsample(OpRegistry& r) {
+  r.add("GridSample", 16, [](const Node& n) {
+    std::string ms = n.attr_string("mode", n.opset >= 20 ? "linear" : "bilinear");
+    int mode = parse_resize_mode(n, ms);
+    std::string pm = n.attr_string("padding_mode", "zeros");
+    int pad = pm == "zeros" ? 0 : pm == "border" ? 1 : pm == "reflection" ? 2 : -1;
+    if (pad < 0) n.fail(ErrorCode::InvalidModel, "unsupported padding_mode '" + pm + "'");
+    bool align = n.attr_int("align_corners", 0) != 0;
+    return kernel([mode, pad, align](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      const Tensor& G = ctx.input(1);
+      require_float(ctx, 0, X.dtype());
+      require_float(ctx, 1, G.dtype());
+      int r = X.rank() - 2;
+      if (r < 1) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3");
+      if (G.rank() != X.rank() || G.dim(0) != X.dim(0) || G.dim(-1) != r)
+        ctx.fail(ErrorCode::InvalidArgument, "grid shape " + shape_str(G.shape()) + " does not match X shape " + shape_str(X.shape()));
+      if (mode == 2 && r != 2) ctx.fail(ErrorCode::Unsupported, "cubic mode supports only 4-D input");
+      int64_t N = X.dim(0), C = X.dim(1);
+      std::vector<int64_t> in(X.shape().begin() + 2, X.shape().end());
+      std::vector<int64_t> osp(G.shape().begin() + 1, G.shape().end() - 1);
+      Shape ys = {N, C};
+      ys.insert(ys.end(), osp.begin(), osp.end());
+      Tensor xf = tof(X), gf = tof(G);
+      Tensor yf(DType::Float, ys);
+      int64_t in_sp = shape_numel(in), out_sp = shape_numel(osp);
+      const float* x = xf.data<float>();
+      const float* g = gf.data<float>();
+      float* y = yf.data<float>();
+      int ntap = mode == 0 ? 1 : mode == 1 ? 2 : 4;
+      int64_t combos = 1;
+      for (int d = 0; d < r; ++d) combos *= ntap;
+            std::vector<double> wts(size_t(r) * 4);
+      std::vector<int64_t> idxs(size_t(r) * 4);
+      std::vector<char> valid(size_t(r) * 4);
+      for (int64_t b = 0; b < N; ++b)
+        for (int64_t o = 0; o < out_sp; ++o) {
+          const float* gp = g + (b * out_sp + o) * r;
+          for (int d = 0; d < r; ++d) {
+            double L = double(in[size_t(d)]);
+            double gv = gp[r - 1 - d];
+            double c = align ? (gv + 1) / 2.0 * (L - 1) : ((gv + 1) * L - 1) / 2.0;
+            double lo = align ? 0.0 : -0.5, hi = align ? L - 1 : L - 0.5;
+            if (mode == 0) c = std::nearbyint(c);
+            if (pad == 1) c = std::clamp(c, 0.0, L - 1);
+            else if (pad == 2) c = gs_reflect(c, lo, hi);
+            if (mode == 0) c = std::nearbyint(c);
+            // taps along this axis
+            double f0 = std::floor(c), f = c - f0;
+            for (int t = 0; t < ntap; ++t) {
+              int64_t idx;
+              double w;
+              if (mode == 0) {
+                idx = int64_t(c);
+                w = 1;
+              } else if (mode == 1) {
+                idx = int64_t(f0) + t;
+                w = t == 0 ? 1 - f : f;
+              } else {
+                idx = int64_t(f0) - 1 + t;
+                w = cubic_w(double(t - 1) - f, -0.75);
+              }
+              bool ok = true;
+              int64_t Li = in[size_t(d)];
+              if (idx < 0 || idx >= Li) {
+                if (pad == 0) ok = false;
+                else if (pad == 1) idx = std::clamp<int64_t>(idx, 0, Li - 1);
+                else {
+                  idx = int64_t(gs_reflect(double(idx), lo, hi));
+                  idx = std::clamp<int64_t>(idx, 0, Li - 1);
+                }
+              }
+              idxs[size_t(d * 4 + t)] = idx;
+              wts[size_t(d * 4 + t)] = w;
+              valid[size_t(d * 4 + t)] = ok;
+            }
+          }
+          for (int64_t c = 0; c < C; ++c) {
+            const float* xc = x + (b * C + c) * in_sp;
+            double acc = 0;
+            for (int64_t k = 0; k < combos; ++k) {
+              int64_t kk = k, flat = 0;
+              double w = 1;
+              bool ok = true;
+              int64_t mul = 1;
+              for (int d = r - 1; d >= 0; --d) {
+                int t = int(kk % ntap);
+                kk /= ntap;
+                size_t q = size_t(d * 4 + t);
+                if (!valid[q]) {
+                  ok = false;
+                  break;
+                }
+                w *= wts[q];
+                flat += idxs[q] * mul;
+                mul *= in[size_t(d)];
+              }
+              if (ok && w != 0) acc += w * xc[flat];
+            }
+            y[(b * C + c) * out_sp + o] = float(acc);
+          }
+        }
+      ctx.set_output(0, Value(fromf(yf, X.dtype())));
+    });
+  });
+}
+
+// ---------------------------------------------------------------- RoiAlign
+
+void register_roialign(OpRegistry& r) {
+  r.add("RoiAlign", 10, [](const Node& n) {
+    std::string mode = n.attr_string("mode", "avg");
+    if (mode != "avg" && mode != "max") n.fail(ErrorCode::InvalidModel, "mode must be avg or max");
+    int64_t oh = n.attr_int("output_height", 1), ow = n.attr_int("output_width", 1), sr = n.attr_int("sampling_ratio", 0);
+    float scale = n.attr_float("spatial_scale", 1.0f);
+    std::string ctm = n.opset >= 16 ? n.attr_string("coordinate_transformation_mode", "half_pixel") : "output_half_pixel";
+    if (ctm != "half_pixel" && ctm != "output_half_pixel") n.fail(ErrorCode::InvalidModel, "invalid coordinate_transformation_mode '" + ctm + "'");
+    if (oh <= 0 || ow <= 0 || sr < 0) n.fail(ErrorCode::InvalidModel, "output_height/output_width must be positive, sampling_ratio >= 0");
+    bool is_max = mode == "max";
+    bool half = ctm == "half_pixel";
+    return kernel([is_max, oh, ow, sr, scale, half](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      const Tensor& R = ctx.input(1);
+      const Tensor& BI = ctx.input(2);
+      require_float(ctx, 0, X.dtype());
+      require_float(ctx, 1, R.dtype());
+      if (X.rank() != 4) ctx.fail(ErrorCode::InvalidArgument, "X must be 4-D");
+      if (R.rank() != 2 || R.dim(1) != 4) ctx.fail(ErrorCode::InvalidArgument, "rois must have shape [num_rois, 4]");
+      if (BI.numel() != R.dim(0)) ctx.fail(ErrorCode::InvalidArgument, "batch_indices must have num_rois elements");
+      int64_t N = X.dim(0), C = X.dim(1), H = X.dim(2), W = X.dim(3), nr = R.dim(0);
+      Tensor xf = tof(X), rf = tof(R);
+      Tensor yf(DType::Float, {nr, C, oh, ow});
+      const float* x = xf.data<float>();
+      const float* rr = rf.data<float>();
+      float* y = yf.data<float>();
+      double off = half ? 0.5 : 0.0;
+      for (int64_t i = 0; i < nr; ++i) {
+        int64_t b = BI.get_int(i);
+        if (b < 0 || b >= N) ctx.fail(ErrorCode::InvalidArgument, "batch index " + std::to_string(b) + " out of range");
+        double x1 = rr[i * 4] * scale - off, y1 = rr[i * 4 + 1] * scale - off;
+        double x2 = rr[i * 4 + 2] * scale - off, y2 = rr[i * 4 + 3] * scale - off;
+        double rw = x2 - x1, rh = y2 - y1;
+        if (!half) {
+          rw = std::max(rw, 1.0);
+          rh = std::max(rh, 1.0);
+        }
+        double bh = rh / double(oh), bw = rw / double(ow);
+        int64_t gh = sr > 0 ? sr : int64_t(std::ceil(rh / double(oh)));
+        int64_t gw = sr > 0 ? sr : int64_t(std::ceil(rw / double(ow)));
+        double count = double(std::max<int64_t>(gh * gw, 1));
+        for (int64_t c = 0; c < C; ++c) {
+          const float* xc = x + (b * C + c) * H * W;
+          for (int64_t ph = 0; ph < oh; ++ph)
+            for (int64_t pw = 0; pw < ow; ++pw) {
+              double acc = 0;
+              bool first = true;
+              for (int64_t iy = 0; iy < gh; ++iy) {
+                double yy = y1 + double(ph) * bh + (double(iy) + 0.5) * bh / double(gh);
+                for (int64_t ix = 0; ix < gw; ++ix) {
+                  double xx = x1 + double(pw) * bw + (double(ix) + 0.5) * bw / double(gw);
+                  double val = 0;
+                  if (!(yy < -1.0 || yy > double(H) || xx < -1.0 || xx > double(W))) {
+                    double yv = std::max(yy, 0.0), xv = std::max(xx, 0.0);
+                    int64_t yl = int64_t(yv), xl = int64_t(xv), yh, xh;
+                    if (yl >= H - 1) {
+                      yh = yl = H - 1;
+                      yv = double(yl);
+                    } else {
+                      yh = yl + 1;
+                    }
+                    if (xl >= W - 1) {
+                      xh = xl = W - 1;
+                      xv = double(xl);
+                    } else {
+                      xh = xl + 1;
+                    }
+                    double ly = yv - double(yl), lx = xv - double(xl), hy = 1 - ly, hx = 1 - lx;
+                    double w1 = hy * hx, w2 = hy * lx, w3 = ly * hx, w4 = ly * lx;
+                    double v1 = xc[yl * W + xl], v2 = xc[yl * W + xh], v3 = xc[yh * W + xl], v4 = xc[yh * W + xh];
+                    if (is_max) val = std::max(std::max(std::max(w1 * v1, w2 * v2), w3 * v3), w4 * v4);
+                    else val = w1 * v1 + w2 * v2 + w3 * v3 + w4 * v4;
+                  }
+                  if (is_max) {
+                    acc = first ? val : std::max(acc, val);
+                    first = false;
+                  } else {
+                    acc += val;
+                  }
+                }
+              }
+              y[((i * C + c) * oh + ph) * ow + pw] = float(is_max ? acc : acc / count);
+            }
+        }
+      }
+      ctx.set_output(0, Value(fromf(yf, X.dtype())));
+    });
+  });
+}
+
+// ---------------------------------------------------------------- NonMaxSuppression
+
+void register_nms(OpRegistry& r) {
+  r.add("NonMaxSuppression", 10, [](const Node& n) {
+    int64_t cpb = n.attr_int("center_point_box", 0);
+    if (cpb != 0 && cpb != 1) n.fail(ErrorCode::InvalidModel, "center_point_box must be 0 or 1");
+    return kernel([cpb](KernelContext& ctx) {
+      const Tensor& Bx = ctx.input(0);
+      const Tensor& Sc = ctx.input(1);
+      if (Bx.rank() != 3 || Bx.dim(2) != 4) ctx.fail(ErrorCode::InvalidArgument, "boxes must have shape [batch, num_boxes, 4]");
+      if (Sc.rank() != 3 || Sc.dim(0) != Bx.dim(0) || Sc.dim(2) != Bx.dim(1))
+        ctx.fail(ErrorCode::InvalidArgument, "scores shape " + shape_str(Sc.shape()) + " does not match boxes " + shape_str(Bx.shape()));
+      int64_t max_out = 0;
+      if (ctx.has_input(2) && ctx.input(2).numel() > 0) max_out = ctx.input(2).get_int(0);
+      double iou_th = 0;
+      if (ctx.has_input(3) && ctx.input(3).numel() > 0) iou_th = ctx.input(3).get_double(0);
+      bool has_st = ctx.has_input(4) && ctx.input(4).numel() > 0;
+      double st = has_st ? ctx.input(4).get_double(0) : 0;
+      int64_t B = Bx.dim(0), NB = Bx.dim(1), NC = Sc.dim(1);
+      std::vector<int64_t> sel;
+      if (max_out > 0) {
+        // corners: y1, x1, y2, x2 (min/max normalized)
+        std::vector<double> box(size_t(B * NB * 4));
+        for (int64_t i = 0; i < B * NB; ++i) {
+          double a = Bx.get_double(i * 4), b2 = Bx.get_double(i * 4 + 1), c = Bx.get_double(i * 4 + 2), d = Bx.get_double(i * 4 + 3);
+          double y1, x1, y2, x2;
+          if (cpb == 0) {
+            y1 = std::min(a, c); y2 = std::max(a, c);
+            x1 = std::min(b2, d); x2 = std::max(b2, d);
+          } else {  // x_center, y_center, width, height
+            x1 = a - c / 2; x2 = a + c / 2;
+            y1 = b2 - d / 2; y2 = b2 + d / 2;
+          }
+          box[size_t(i * 4)] = y1; box[size_t(i * 4 + 1)] = x1; box[size_t(i * 4 + 2)] = y2; box[size_t(i * 4 + 3)] = x2;
+        }
+        auto iou = [&](int64_t p, int64_t q) {
+          const double* a = &box[size_t(p * 4)];
+          const double* b2 = &box[size_t(q * 4)];
+          double iy1 = std::max(a[0], b2[0]), ix1 = std::max(a[1], b2[1]), iy2 = std::min(a[2], b2[2]), ix2 = std::min(a[3], b2[3]);
+          double inter = std::max(0.0, iy2 - iy1) * std::max(0.0, ix2 - ix1);
+          double ua = (a[2] - a[0]) * (a[3] - a[1]) + (b2[2] - b2[0]) * (b2[3] - b2[1]) - inter;
+          if (ua <= 0 || inter <= 0) return 0.0;
+          return inter / ua;
+        };
+        std::vector<int64_t> order, kept;
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t c = 0; c < NC; ++c) {
+            order.clear();
+            kept.clear();
+            for (int64_t k = 0; k < NB; ++k) {
+              double s = Sc.get_double((b * NC + c) * NB + k);
+              if (!has_st || s > st) order.push_back(k);
+            }
+            std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
+              return Sc.get_double((b * NC + c) * NB + p) > Sc.get_double((b * NC + c) * NB + q);
+            });
+            for (int64_t k : order) {
+              if (int64_t(kept.size()) >= max_out) break;
+              bool keep = true;
+              for (int64_t q : kept)
+                if (iou(b * NB + k, b * NB + q) > iou_th) {
+                  keep = false;
+                  break;
+                }
+              if (keep) {
+                kept.push_back(k);
+                sel.push_back(b);
+                sel.push_back(c);
+                sel.push_back(k);
+              }
+            }
+          }
+      }
+      Tensor& Y = ctx.output(0, DType::Int64, {int64_t(sel.size() / 3), 3});
+      std::copy(sel.begin(), sel.end(), Y.data<int64_t>());
+    });
+  });
+}
+
+}  // namespace
+
+void register_nn_ops(OpRegistry& r) {
+  register_conv(r);
+  register_convtranspose(r);
+  register_pools(r);
+  register_matmul(r);
+  register_resize(r);
+  register_gridsample(r);
+  register_roialign(r);
+  register_nms(r);
+}
 
 }  // namespace basalt

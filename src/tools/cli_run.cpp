@@ -61,7 +61,12 @@ bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSp
       std::stringstream ss(s);
       std::string part;
       while (std::getline(ss, part, 'x')) {
-        int64_t d = parse_int(a, part);
+        int64_t d;
+        try {
+          d = parse_int(a, part);
+        } catch (const UsageError&) {
+          throw UsageError(a + ": '" + s + "' is not a shape like 1x3x224x224");
+        }
         if (d < 0) throw UsageError(a + ": negative dimension in '" + s + "'");
         shape.push_back(d);
       }

@@ -51,7 +51,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "basalt: error: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "basalt: unknown command '%s'\n", cmd.c_str());
-  usage(stderr);
+  std::fprintf(stderr, "basalt: unknown command '%s' (try 'basalt --help')\n", cmd.c_str());
   return 2;
 }

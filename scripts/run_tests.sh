@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs every test suite and ends with one line "N passed, N failed" (summed over suites).
+# usage: scripts/run_tests.sh [BUILD_DIR]
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${1:-build}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+SHARED=${BASALT_SHARED:-$ROOT/../shared}
+BASALT="$BUILD/basalt"
+PY=/usr/bin/python3
+LOG=$(mktemp -d)
+total_pass=0
+total_fail=0
+summary=()
+
+# run_suite NAME CMD...: runs CMD, shows its output, reads its "N passed, N failed" line.
+run_suite() {
+  local name=$1; shift
+  echo "=== $name: $*"
+  local start=$SECONDS
+  "$@" 2>&1 | tee "$LOG/$name.log"
+  local rc=${PIPESTATUS[0]}
+  local line
+  line=$(grep -E '^[A-Za-z:]*[ ]?[0-9]+ passed, [0-9]+ failed' "$LOG/$name.log" | tail -1)
+  local p f
+  p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  f=$(echo "$line" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || echo 0)
+  if [ -z "$line" ]; then
+    echo "$name: no result line (exit $rc); counting as 1 failure"
+    p=0; f=1
+  elif [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+    echo "$name: exit code $rc with no failed tests reported; counting as 1 failure"
+    f=1
+  fi
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+  summary+=("$(printf '%-28s %5d passed %4d failed  (%ds)' "$name" "$p" "$f" $((SECONDS - start)))")
+}
+
+# gtest prints its own summary; translate it to "N passed, N failed".
+gtest_suite() {
+  "$BUILD/basalt_tests" --gtest_brief=1 2>&1 | tee "$LOG/gtest.raw"
+  local rc=${PIPESTATUS[0]}
+  local p f
+  p=$(grep -oE '\[  PASSED  \] [0-9]+' "$LOG/gtest.raw" | grep -oE '[0-9]+$' || echo 0)
+  f=$(grep -oE '\[  FAILED  \] [0-9]+ test' "$LOG/gtest.raw" | grep -oE '[0-9]+' | head -1 || echo 0)
+  [ -n "$p" ] || p=0; [ -n "$f" ] || f=0
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  echo "$p passed, $f failed"
+  return "$rc"
+}
+
+XFAIL="$ROOT/tests/conformance/expected_failures"
+run_suite unit gtest_suite
+run_suite cli-bad-input "$PY" "$ROOT/tests/cli/bad_input.py" "$BASALT"
+run_suite conformance-debian "$BASALT" conformance /usr/share/libonnx-testdata/data/node --expected-failures "$XFAIL"
+if [ -d "$SHARED/onnx-testdata/node" ]; then
+  run_suite conformance-newest "$BASALT" conformance "$SHARED/onnx-testdata/node" --expected-failures "$XFAIL"
+  run_suite conformance-models "$BASALT" conformance "$SHARED/onnx-testdata/pytorch-converted" \
+    "$SHARED/onnx-testdata/pytorch-operator" "$SHARED/onnx-testdata/simple" --expected-failures "$XFAIL"
+else
+  echo "(no $SHARED/onnx-testdata: skipping the newest conformance suite)"
+fi
+if [ -f "$ROOT/tests/parity/run_light.py" ] && [ -d "$SHARED/onnx-testdata/light" ]; then
+  run_suite light "$PY" "$ROOT/tests/parity/run_light.py" --basalt "$BASALT" --light-dir "$SHARED/onnx-testdata/light"
+fi
+if [ -f "$ROOT/tests/parity/run_parity.py" ]; then
+  run_suite parity "$PY" "$ROOT/tests/parity/run_parity.py" --basalt "$BASALT"
+fi
+
+echo
+echo "=== summary"
+for s in "${summary[@]}"; do echo "$s"; done
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

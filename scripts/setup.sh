@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages basalt needs, only those not installed yet.
+# Run as root (or with sudo available). Safe to run repeatedly.
+set -euo pipefail
+PKGS=(
+  g++ cmake ninja-build pkg-config          # toolchain
+  libgtest-dev                              # unit tests
+  nlohmann-json3-dev                        # JSON output of the CLI (conformance --json, outputs.json)
+  python3-numpy python3-onnx python3-pytest # building test models, parity checks (Debian's /usr/bin/python3)
+  libonnx-testdata                          # ONNX conformance data (932 node tests, opset <= 17)
+  nodejs npm                                # onnxruntime-node for parity checks and benchmarks
+  ca-certificates
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
