@@ -91,6 +91,23 @@ bool less_nan_last(const T& a, const T& b) {
   return x < y;
 }
 
+// Integer add/mul that wrap around instead of overflowing (signed overflow is UB, and small
+// unsigned types promote to int).
+template <class T>
+T add_wrap(T a, T b) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return T(uint64_t(a) + uint64_t(b));
+  else
+    return T(a + b);
+}
+template <class T>
+T mul_wrap(T a, T b) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+    return T(uint64_t(a) * uint64_t(b));
+  else
+    return T(a * b);
+}
+
 enum class Reduction { None, Add, Mul, Max, Min };
 
 Reduction parse_reduction(const Node& n) {
@@ -110,8 +127,8 @@ void reduce_into(T& dst, const T& src, Reduction red) {
   } else {
     switch (red) {
       case Reduction::None: dst = src; break;
-      case Reduction::Add: dst = T(dst + src); break;
-      case Reduction::Mul: dst = T(dst * src); break;
+      case Reduction::Add: dst = add_wrap(dst, src); break;
+      case Reduction::Mul: dst = mul_wrap(dst, src); break;
       case Reduction::Max: if (key(dst) < key(src)) dst = src; break;
       case Reduction::Min: if (key(src) < key(dst)) dst = src; break;
     }
@@ -762,9 +779,9 @@ KernelFactory cum_sum_factory() {
                   int64_t p = (o * dim + j) * inner + i;
                   if (exclusive) {
                     b[p] = T(acc);
-                    acc = A(acc + A(a[p]));
+                    acc = add_wrap(acc, A(a[p]));
                   } else {
-                    acc = A(acc + A(a[p]));
+                    acc = add_wrap(acc, A(a[p]));
                     b[p] = T(acc);
                   }
                 }

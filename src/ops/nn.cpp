@@ -16,6 +16,12 @@ namespace {
 
 // ---------------------------------------------------------------- small helpers
 
+// Registers one factory for each opset version of `op` listed in the ONNX spec (the semantics
+// that changed between versions are handled inside the factory via n.opset).
+void add_versions(OpRegistry& r, const std::string& op, std::initializer_list<int> versions, const KernelFactory& f) {
+  for (int v : versions) r.add(op, v, f);
+}
+
 bool is_floatlike(DType dt) {
   return dt == DType::Float || dt == DType::Double || dt == DType::Float16 || dt == DType::BFloat16;
 }
@@ -188,6 +194,53 @@ inline void axpy(int64_t n, float a, const float* x, float* y) {
 
 void sgemm_acc(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
   int64_t i = 0;
+  int64_t NP = N / 8 * 8;
+  if (M >= 8 && NP >= 16 && K >= 8) {
+    // Pack the 8-column panels of B contiguously: panel p holds B[k, 8p..8p+8) for every k.
+    std::vector<float> bp(size_t(NP * K));
+    for (int64_t p = 0; p < NP / 8; ++p)
+      for (int64_t k = 0; k < K; ++k) std::memcpy(&bp[size_t((p * K + k) * 8)], B + k * ldb + p * 8, 8 * sizeof(float));
+    for (; i + 4 <= M; i += 4) {
+      const float* a0 = A + i * lda;
+      const float* a1 = a0 + lda;
+      const float* a2 = a1 + lda;
+      const float* a3 = a2 + lda;
+      float* c0 = C + i * ldc;
+      float* c1 = c0 + ldc;
+      float* c2 = c1 + ldc;
+      float* c3 = c2 + ldc;
+      for (int64_t j = 0; j < NP; j += 8) {
+        v4f r00 = ld4(c0 + j), r01 = ld4(c0 + j + 4), r10 = ld4(c1 + j), r11 = ld4(c1 + j + 4);
+        v4f r20 = ld4(c2 + j), r21 = ld4(c2 + j + 4), r30 = ld4(c3 + j), r31 = ld4(c3 + j + 4);
+        const float* b = bp.data() + j * K;
+        for (int64_t k = 0; k < K; ++k, b += 8) {
+          v4f b0 = ld4(b), b1 = ld4(b + 4);
+          float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+          r00 += x0 * b0;
+          r01 += x0 * b1;
+          r10 += x1 * b0;
+          r11 += x1 * b1;
+          r20 += x2 * b0;
+          r21 += x2 * b1;
+          r30 += x3 * b0;
+          r31 += x3 * b1;
+        }
+        st4(c0 + j, r00); st4(c0 + j + 4, r01); st4(c1 + j, r10); st4(c1 + j + 4, r11);
+        st4(c2 + j, r20); st4(c2 + j + 4, r21); st4(c3 + j, r30); st4(c3 + j + 4, r31);
+      }
+      for (int64_t j = NP; j < N; ++j) {
+        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          float bv = B[k * ldb + j];
+          s0 += a0[k] * bv;
+          s1 += a1[k] * bv;
+          s2 += a2[k] * bv;
+          s3 += a3[k] * bv;
+        }
+        c0[j] += s0; c1[j] += s1; c2[j] += s2; c3[j] += s3;
+      }
+    }
+  }
   for (; i + 4 <= M; i += 4) {
     const float* a0 = A + i * lda;
     const float* a1 = a0 + lda;
@@ -394,7 +447,7 @@ void conv_f32(const float* x, const float* w, const float* b, float* y, int64_t 
 }
 
 void register_conv(OpRegistry& r) {
-  r.add("Conv", 1, [](const Node& n) {
+  add_versions(r, "Conv", {1, 11, 22}, [](const Node& n) {
     WinAttrs a = parse_win(n, false);
     int64_t group = n.attr_int("group", 1);
     if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
@@ -483,7 +536,7 @@ void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vecto
 }
 
 void register_convtranspose(OpRegistry& r) {
-  r.add("ConvTranspose", 1, [](const Node& n) {
+  add_versions(r, "ConvTranspose", {1, 11, 22}, [](const Node& n) {
     WinAttrs a = parse_win(n, false);
     int64_t group = n.attr_int("group", 1);
     if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
@@ -590,7 +643,7 @@ void register_convtranspose(OpRegistry& r) {
     });
   });
 
-  r.add("Col2Im", 18, [](const Node& n) {
+  add_versions(r, "Col2Im", {18}, [](const Node& n) {
     std::vector<int64_t> dil = n.attr_ints("dilations", {}), pads = n.attr_ints("pads", {}), strides = n.attr_ints("strides", {});
     return kernel([dil, pads, strides](KernelContext& ctx) {
       const Tensor& X = ctx.input(0);
@@ -656,11 +709,11 @@ void pool_f32(const float* x, float* y, int64_t* ind, int64_t NC, const Geom& g,
     for (int d = 0; d < nd; ++d) taps.push_back(kk[size_t(d)] * g.d[size_t(d)]);
   });
   std::vector<int64_t> start(static_cast<size_t>(nd));
-  int64_t o_idx = 0;
-  for_each_index(g.out, [&](const std::vector<int64_t>& oc) {
-    for (int d = 0; d < nd; ++d) start[size_t(d)] = oc[size_t(d)] * g.s[size_t(d)] - g.pb[size_t(d)];
-    for (int64_t nc = 0; nc < NC; ++nc) {
-      const float* xc = x + nc * in_sp;
+  for (int64_t nc = 0; nc < NC; ++nc) {
+    const float* xc = x + nc * in_sp;
+    int64_t o_idx = 0;
+    for_each_index(g.out, [&](const std::vector<int64_t>& oc) {
+      for (int d = 0; d < nd; ++d) start[size_t(d)] = oc[size_t(d)] * g.s[size_t(d)] - g.pb[size_t(d)];
       double acc = o.kind == PoolKind::Max ? -std::numeric_limits<double>::infinity() : 0.0;
       int64_t best = -1, best_cm = -1;
       int64_t cnt_valid = 0, cnt_pad = 0;
@@ -701,9 +754,9 @@ void pool_f32(const float* x, float* y, int64_t* ind, int64_t NC, const Geom& g,
         res = float(std::pow(acc, 1.0 / o.p));
       }
       y[nc * out_sp + o_idx] = res;
-    }
-    ++o_idx;
-  });
+      ++o_idx;
+    });
+  }
 }
 
 double parse_p(const Node& n) {
@@ -746,9 +799,9 @@ void register_pools(OpRegistry& r) {
       });
     };
   };
-  r.add("MaxPool", 1, make_pool(PoolKind::Max));
-  r.add("AveragePool", 1, make_pool(PoolKind::Avg));
-  r.add("LpPool", 1, make_pool(PoolKind::Lp));
+  add_versions(r, "MaxPool", {1, 8, 10, 11, 12, 22}, make_pool(PoolKind::Max));
+  add_versions(r, "AveragePool", {1, 7, 10, 11, 19, 22}, make_pool(PoolKind::Avg));
+  add_versions(r, "LpPool", {1, 2, 11, 18, 22}, make_pool(PoolKind::Lp));
 
   auto make_global = [](PoolKind kind) {
     return [kind](const Node& n) {
@@ -782,11 +835,11 @@ void register_pools(OpRegistry& r) {
       });
     };
   };
-  r.add("GlobalMaxPool", 1, make_global(PoolKind::Max));
-  r.add("GlobalAveragePool", 1, make_global(PoolKind::Avg));
-  r.add("GlobalLpPool", 1, make_global(PoolKind::Lp));
+  add_versions(r, "GlobalMaxPool", {1, 22}, make_global(PoolKind::Max));
+  add_versions(r, "GlobalAveragePool", {1, 22}, make_global(PoolKind::Avg));
+  add_versions(r, "GlobalLpPool", {1, 2, 22}, make_global(PoolKind::Lp));
 
-  r.add("MaxUnpool", 9, [](const Node& n) {
+  add_versions(r, "MaxUnpool", {9, 11, 22}, [](const Node& n) {
     WinAttrs a = parse_win(n, true);
     return kernel([a](KernelContext& ctx) {
       const Tensor& X = ctx.input(0);
@@ -840,7 +893,7 @@ void register_pools(OpRegistry& r) {
     });
   });
 
-  r.add("MaxRoiPool", 1, [](const Node& n) {
+  add_versions(r, "MaxRoiPool", {1, 22}, [](const Node& n) {
     std::vector<int64_t> pooled = n.attr_ints("pooled_shape");
     float scale = n.attr_float("spatial_scale", 1.0f);
     if (pooled.size() != 2 || pooled[0] <= 0 || pooled[1] <= 0) n.fail(ErrorCode::InvalidModel, "pooled_shape must be 2 positive values");
@@ -900,7 +953,7 @@ void matmul_typed(const Tensor& A, const Tensor& B, Tensor& Y, const Shape& abat
 }
 
 void register_matmul(OpRegistry& r) {
-  r.add("MatMul", 1, [](const Node&) {
+  add_versions(r, "MatMul", {1, 9, 13}, [](const Node&) {
     return kernel([](KernelContext& ctx) {
       const Tensor& A = ctx.input(0);
       const Tensor& B = ctx.input(1);
@@ -945,7 +998,7 @@ void register_matmul(OpRegistry& r) {
     });
   });
 
-  r.add("Gemm", 1, [](const Node& n) {
+  add_versions(r, "Gemm", {1, 6, 7, 9, 11, 13}, [](const Node& n) {
     float alpha = n.attr_float("alpha", 1.0f), beta = n.attr_float("beta", 1.0f);
     bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
     return kernel([alpha, beta, ta, tb](KernelContext& ctx) {
@@ -1055,10 +1108,14 @@ double cubic_w(double a, double A) {
 }
 
 // One pass along one axis: data [outer, in_len, inner] -> [outer, out_len, inner].
-void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int64_t out_len, int64_t inner, const ResizeCfg& c,
-                 double scale, double rs, double re) {
-  std::vector<std::vector<std::pair<int64_t, double>>> taps(static_cast<size_t>(out_len));
-  std::vector<char> ext(size_t(out_len), 0);
+using TapList = std::vector<std::vector<std::pair<int64_t, double>>>;
+
+// For each output position along one axis: the (input index, weight) taps, or ext = 1 when the
+// position takes the extrapolation value.
+void resize_taps(int64_t in_len, int64_t out_len, const ResizeCfg& c, double scale, double rs, double re, TapList& taps,
+                 std::vector<char>& ext) {
+  taps.assign(size_t(out_len), {});
+  ext.assign(size_t(out_len), 0);
   for (int64_t xo = 0; xo < out_len; ++xo) {
     double x = resize_coord(c, xo, in_len, out_len, scale, rs, re);
     auto& t = taps[size_t(xo)];
@@ -1108,6 +1165,13 @@ void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int
     }
     for (auto& p : t) p.first = std::clamp<int64_t>(p.first, 0, in_len - 1);
   }
+}
+
+void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int64_t out_len, int64_t inner, const ResizeCfg& c,
+                 double scale, double rs, double re) {
+  TapList taps;
+  std::vector<char> ext;
+  resize_taps(in_len, out_len, c, scale, rs, re, taps, ext);
   for (int64_t o = 0; o < outer; ++o) {
     const float* src = in + o * in_len * inner;
     for (int64_t xo = 0; xo < out_len; ++xo) {
@@ -1136,6 +1200,41 @@ void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int
 // Resize X (any float-like or numeric type) to out shape with per-axis scales and roi.
 Tensor resize_run(const KernelContext& ctx, const Tensor& X, const Shape& out, const std::vector<double>& scales,
                   const std::vector<double>& rs, const std::vector<double>& re, const ResizeCfg& c) {
+  if (c.mode == 0 && X.dtype() != DType::Float) {
+    // Nearest: a pure gather, done on the native type (exact for int64, works for bool).
+    int r = X.rank();
+    std::vector<std::vector<int64_t>> src(static_cast<size_t>(r));
+    for (int a = 0; a < r; ++a) {
+      TapList taps;
+      std::vector<char> ext;
+      bool identity = out[size_t(a)] == X.dim(a) && scales[size_t(a)] == 1.0 && c.ctm != "tf_crop_and_resize";
+      if (!identity) resize_taps(X.dim(a), out[size_t(a)], c, scales[size_t(a)], rs[size_t(a)], re[size_t(a)], taps, ext);
+      for (int64_t xo = 0; xo < out[size_t(a)]; ++xo)
+        src[size_t(a)].push_back(identity ? xo : ext[size_t(xo)] ? -1 : taps[size_t(xo)][0].first);
+    }
+    std::vector<int64_t> st = shape_strides(X.shape());
+    Tensor Y(X.dtype(), out);
+    bool ok = visit_numeric_bool(X.dtype(), [&]<class T>() {
+      const T* x = X.data<T>();
+      T* y = Y.data<T>();
+      T extv = T(c.extrapolation);
+      int64_t o = 0;
+      for_each_index(out, [&](const std::vector<int64_t>& idx) {
+        int64_t off = 0;
+        for (int a = 0; a < r; ++a) {
+          int64_t s0 = src[size_t(a)][size_t(idx[size_t(a)])];
+          if (s0 < 0) {
+            off = -1;
+            break;
+          }
+          off += s0 * st[size_t(a)];
+        }
+        y[o++] = off < 0 ? extv : x[off];
+      });
+    });
+    if (!ok) unsupported_dtype(ctx, 0, X.dtype());
+    return Y;
+  }
   bool numeric_ok = is_floatlike(X.dtype()) || dtype_is_integer(X.dtype());
   if (!numeric_ok || X.dtype() == DType::Int4 || X.dtype() == DType::Uint4 || X.dtype() == DType::Int2 || X.dtype() == DType::Uint2)
     unsupported_dtype(ctx, 0, X.dtype());
@@ -1173,7 +1272,7 @@ Tensor resize_run(const KernelContext& ctx, const Tensor& X, const Shape& out, c
 }
 
 void register_resize(OpRegistry& r) {
-  r.add("Resize", 10, [](const Node& n) {
+  add_versions(r, "Resize", {10, 11, 13, 18, 19}, [](const Node& n) {
     ResizeCfg c;
     c.mode = parse_resize_mode(n, n.attr_string("mode", "nearest"));
     if (n.opset < 11) {
@@ -1272,7 +1371,7 @@ void register_resize(OpRegistry& r) {
     });
   });
 
-  r.add("Upsample", 7, [](const Node& n) {
+  add_versions(r, "Upsample", {7, 9}, [](const Node& n) {
     ResizeCfg c;
     c.mode = parse_resize_mode(n, n.attr_string("mode", "nearest"));
     c.ctm = "asymmetric";
@@ -1323,7 +1422,7 @@ double gs_reflect(double x, double lo, double hi) {
 }
 
 void register_gridsample(OpRegistry& r) {
-  r.add("GridSample", 16, [](const Node& n) {
+  add_versions(r, "GridSample", {16, 20, 22}, [](const Node& n) {
     std::string ms = n.attr_string("mode", n.opset >= 20 ? "linear" : "bilinear");
     int mode = parse_resize_mode(n, ms);
     std::string pm = n.attr_string("padding_mode", "zeros");
@@ -1432,7 +1531,7 @@ void register_gridsample(OpRegistry& r) {
 // ---------------------------------------------------------------- RoiAlign
 
 void register_roialign(OpRegistry& r) {
-  r.add("RoiAlign", 10, [](const Node& n) {
+  add_versions(r, "RoiAlign", {10, 16, 22}, [](const Node& n) {
     std::string mode = n.attr_string("mode", "avg");
     if (mode != "avg" && mode != "max") n.fail(ErrorCode::InvalidModel, "mode must be avg or max");
     int64_t oh = n.attr_int("output_height", 1), ow = n.attr_int("output_width", 1), sr = n.attr_int("sampling_ratio", 0);
@@ -1524,7 +1623,7 @@ void register_roialign(OpRegistry& r) {
 // ---------------------------------------------------------------- NonMaxSuppression
 
 void register_nms(OpRegistry& r) {
-  r.add("NonMaxSuppression", 10, [](const Node& n) {
+  add_versions(r, "NonMaxSuppression", {10, 11}, [](const Node& n) {
     int64_t cpb = n.attr_int("center_point_box", 0);
     if (cpb != 0 && cpb != 1) n.fail(ErrorCode::InvalidModel, "center_point_box must be 0 or 1");
     return kernel([cpb](KernelContext& ctx) {
@@ -1600,6 +1699,200 @@ void register_nms(OpRegistry& r) {
   });
 }
 
+
+// ---------------------------------------------------------------- DeformConv (2-D)
+
+void register_deformconv(OpRegistry& r) {
+  add_versions(r, "DeformConv", {19, 22}, [](const Node& n) {
+    WinAttrs a = parse_win(n, false);
+    int64_t group = n.attr_int("group", 1), ogroup = n.attr_int("offset_group", 1);
+    if (group <= 0 || ogroup <= 0) n.fail(ErrorCode::InvalidModel, "group and offset_group must be positive");
+    return kernel([a, group, ogroup](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      const Tensor& W = ctx.input(1);
+      const Tensor& O = ctx.input(2);
+      require_float(ctx, 0, X.dtype());
+      if (X.rank() != 4 || W.rank() != 4) ctx.fail(ErrorCode::Unsupported, "only 2-D DeformConv (4-D X and W) is supported");
+      int64_t N = X.dim(0), C = X.dim(1), H = X.dim(2), Wd = X.dim(3), M = W.dim(0), KH = W.dim(2), KW = W.dim(3);
+      if (W.dim(1) * group != C || M % group != 0 || C % ogroup != 0)
+        ctx.fail(ErrorCode::InvalidArgument, "channel mismatch between X " + shape_str(X.shape()) + " and W " + shape_str(W.shape()));
+      Geom g = make_geom(ctx, a, {H, Wd}, {KH, KW}, false);
+      int64_t OH = g.out[0], OW = g.out[1], K = KH * KW, P = OH * OW;
+      if (O.shape() != Shape{N, ogroup * 2 * K, OH, OW})
+        ctx.fail(ErrorCode::InvalidArgument, "offset shape " + shape_str(O.shape()) + " does not match the expected " +
+                                                 shape_str({N, ogroup * 2 * K, OH, OW}));
+      Tensor bf, mf;
+      if (ctx.has_input(3)) {
+        if (ctx.input(3).numel() != M) ctx.fail(ErrorCode::InvalidArgument, "B must have " + std::to_string(M) + " elements");
+        bf = tof(ctx.input(3));
+      }
+      if (ctx.has_input(4)) {
+        if (ctx.input(4).shape() != Shape{N, ogroup * K, OH, OW}) ctx.fail(ErrorCode::InvalidArgument, "mask has the wrong shape");
+        mf = tof(ctx.input(4));
+      }
+      Tensor xf = tof(X), wf = tof(W), of = tof(O);
+      Tensor yf(DType::Float, {N, M, OH, OW});
+      const float* x = xf.data<float>();
+      const float* off = of.data<float>();
+      const float* msk = mf.defined() ? mf.data<float>() : nullptr;
+      int64_t Cg = C / group, Mg = M / group, Cog = C / ogroup;
+      std::vector<float> col(size_t(C * K * P));
+      for (int64_t b = 0; b < N; ++b) {
+        for (int64_t c = 0; c < C; ++c) {
+          int64_t og = c / Cog;
+          const float* xc = x + (b * C + c) * H * Wd;
+          for (int64_t kh = 0; kh < KH; ++kh)
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              int64_t k = kh * KW + kw;
+              const float* oy = off + ((b * ogroup + og) * 2 * K + 2 * k) * P;
+              const float* ox = oy + P;
+              const float* mk = msk ? msk + ((b * ogroup + og) * K + k) * P : nullptr;
+              float* row = col.data() + (c * K + k) * P;
+              for (int64_t oh = 0; oh < OH; ++oh)
+                for (int64_t ow = 0; ow < OW; ++ow) {
+                  int64_t p = oh * OW + ow;
+                  double hy = double(oh * g.s[0] - g.pb[0] + kh * g.d[0]) + oy[p];
+                  double wx = double(ow * g.s[1] - g.pb[1] + kw * g.d[1]) + ox[p];
+                  double v = 0;
+                  if (hy > -1 && hy < double(H) && wx > -1 && wx < double(Wd)) {
+                    double h0 = std::floor(hy), w0 = std::floor(wx);
+                    double lh = hy - h0, lw = wx - w0;
+                    int64_t ih = int64_t(h0), iw = int64_t(w0);
+                    auto at = [&](int64_t yy, int64_t xx) -> double {
+                      return (yy >= 0 && yy < H && xx >= 0 && xx < Wd) ? double(xc[yy * Wd + xx]) : 0.0;
+                    };
+                    v = (1 - lh) * (1 - lw) * at(ih, iw) + (1 - lh) * lw * at(ih, iw + 1) + lh * (1 - lw) * at(ih + 1, iw) +
+                        lh * lw * at(ih + 1, iw + 1);
+                  }
+                  if (mk) v *= mk[p];
+                  row[p] = float(v);
+                }
+            }
+        }
+        for (int64_t gi = 0; gi < group; ++gi)
+          gemm_acc<float>(Mg, P, Cg * K, wf.data<float>() + gi * Mg * Cg * K, Cg * K, col.data() + gi * Cg * K * P, P,
+                          yf.data<float>() + (b * M + gi * Mg) * P, P);
+        if (bf.defined())
+          for (int64_t m = 0; m < M; ++m) {
+            float* yr = yf.data<float>() + (b * M + m) * P;
+            for (int64_t p = 0; p < P; ++p) yr[p] += bf.data<float>()[m];
+          }
+      }
+      ctx.set_output(0, Value(fromf(yf, X.dtype())));
+    });
+  });
+}
+
+
+// ---------------------------------------------------------------- CausalConvWithState (opset 27)
+// padded = concat(past_state or zeros [B, C, K-1], input [B, C, L]) along the last axis;
+// output = act(conv1d(padded, weight, bias, group = C / weight.dim(1))); present_state = the last
+// K-1 steps of padded.
+
+void register_causalconv(OpRegistry& r) {
+  add_versions(r, "CausalConvWithState", {27}, [](const Node& n) {
+    std::string act = n.attr_string("activation", "none");
+    bool silu = act == "silu" || act == "swish";
+    if (!silu && act != "none" && !act.empty()) n.fail(ErrorCode::Unsupported, "unsupported activation '" + act + "'");
+    return kernel([silu](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      const Tensor& W = ctx.input(1);
+      require_float(ctx, 0, X.dtype());
+      require_float(ctx, 1, W.dtype());
+      if (X.rank() != 3 || W.rank() != 3) ctx.fail(ErrorCode::InvalidArgument, "input and weight must be 3-D");
+      int64_t B = X.dim(0), C = X.dim(1), L = X.dim(2), K = W.dim(2);
+      if (W.dim(0) != C || W.dim(1) <= 0 || C % W.dim(1) != 0 || K <= 0)
+        ctx.fail(ErrorCode::InvalidArgument, "weight shape " + shape_str(W.shape()) + " does not match input " + shape_str(X.shape()));
+      int64_t G = C / W.dim(1), S = K - 1, PL = S + L;
+      Tensor xf = tof(X);
+      Tensor pad(DType::Float, {B, C, PL});
+      if (ctx.has_input(3)) {
+        const Tensor& P = ctx.input(3);
+        if (P.shape() != Shape{B, C, S}) ctx.fail(ErrorCode::InvalidArgument, "past_state must have shape " + shape_str({B, C, S}));
+        Tensor pf = tof(P);
+        for (int64_t i = 0; i < B * C; ++i) std::copy_n(pf.data<float>() + i * S, S, pad.data<float>() + i * PL);
+      }
+      for (int64_t i = 0; i < B * C; ++i) std::copy_n(xf.data<float>() + i * L, L, pad.data<float>() + i * PL + S);
+      Tensor bf;
+      if (ctx.has_input(2)) {
+        if (ctx.input(2).numel() != C) ctx.fail(ErrorCode::InvalidArgument, "bias must have " + std::to_string(C) + " elements");
+        bf = tof(ctx.input(2));
+      }
+      Geom g;
+      g.nd = 1;
+      g.in = {PL};
+      g.k = {K};
+      g.s = {1};
+      g.d = {1};
+      g.pb = {0};
+      g.pe = {0};
+      g.out = {L};
+      Tensor wf = tof(W);
+      Tensor yf(DType::Float, {B, C, L});
+      conv_f32(pad.data<float>(), wf.data<float>(), bf.defined() ? bf.data<float>() : nullptr, yf.data<float>(), B, C, C, G, g);
+      if (silu) {
+        float* y = yf.data<float>();
+        for (int64_t i = 0; i < yf.numel(); ++i) y[i] = float(double(y[i]) / (1.0 + std::exp(-double(y[i]))));
+      }
+      ctx.set_output(0, Value(fromf(yf, X.dtype())));
+      if (ctx.num_outputs() > 1 && ctx.has_output(1)) {
+        Tensor st(DType::Float, {B, C, S});
+        for (int64_t i = 0; i < B * C; ++i) std::copy_n(pad.data<float>() + i * PL + L, S, st.data<float>() + i * S);
+        ctx.set_output(1, Value(fromf(st, X.dtype())));
+      }
+    });
+  });
+}
+
+
+// ---------------------------------------------------------------- AffineGrid (opset 20)
+
+void register_affinegrid(OpRegistry& r) {
+  add_versions(r, "AffineGrid", {20}, [](const Node& n) {
+    bool align = n.attr_int("align_corners", 0) != 0;
+    return kernel([align](KernelContext& ctx) {
+      const Tensor& T = ctx.input(0);
+      require_float(ctx, 0, T.dtype());
+      std::vector<int64_t> size = ctx.input(1).to_int64_vector();
+      if (size.size() != 4 && size.size() != 5) ctx.fail(ErrorCode::InvalidArgument, "size must have 4 or 5 values");
+      int nd = int(size.size()) - 2;
+      int64_t N = size[0];
+      if (T.shape() != Shape{N, nd, nd + 1})
+        ctx.fail(ErrorCode::InvalidArgument, "theta shape " + shape_str(T.shape()) + " does not match size " + vec_str(size));
+      std::vector<int64_t> sp(size.begin() + 2, size.end());
+      for (int64_t v : sp)
+        if (v < 0) ctx.fail(ErrorCode::InvalidArgument, "size must be non-negative");
+      auto base = [&](int64_t i, int64_t L) -> double {
+        if (align) return L > 1 ? -1.0 + 2.0 * double(i) / double(L - 1) : -1.0;
+        return (2.0 * double(i) + 1.0) / double(L) - 1.0;
+      };
+      Shape ys = {N};
+      ys.insert(ys.end(), sp.begin(), sp.end());
+      ys.push_back(nd);
+      Tensor tf = tof(T);
+      Tensor yf(DType::Float, ys);
+      const float* th = tf.data<float>();
+      float* y = yf.data<float>();
+      int64_t o = 0;
+      for (int64_t b = 0; b < N; ++b) {
+        const float* t = th + b * nd * (nd + 1);
+        for_each_index(sp, [&](const std::vector<int64_t>& idx) {
+          double v[4];
+          // v = (x, y[, z], 1): x follows the last spatial axis
+          for (int d = 0; d < nd; ++d) v[d] = base(idx[size_t(nd - 1 - d)], sp[size_t(nd - 1 - d)]);
+          v[nd] = 1.0;
+          for (int rr = 0; rr < nd; ++rr) {
+            double acc = 0;
+            for (int c = 0; c <= nd; ++c) acc += double(t[rr * (nd + 1) + c]) * v[c];
+            y[o++] = float(acc);
+          }
+        });
+      }
+      ctx.set_output(0, Value(fromf(yf, T.dtype())));
+    });
+  });
+}
+
 }  // namespace
 
 void register_nn_ops(OpRegistry& r) {
@@ -1611,6 +1904,9 @@ void register_nn_ops(OpRegistry& r) {
   register_gridsample(r);
   register_roialign(r);
   register_nms(r);
+  register_deformconv(r);
+  register_causalconv(r);
+  register_affinegrid(r);
 }
 
 }  // namespace basalt

@@ -617,6 +617,37 @@ void register_norms(OpRegistry& r) {
     });
   }
 
+  // LpNormalization (p = 1 or 2) along one axis. A zero norm gives a zero output.
+  for (int v : {1, 22}) {
+    r.add("LpNormalization", v, [](const Node& n) {
+      int64_t axis = n.attr_int("axis", -1);
+      int64_t pw = n.attr_int("p", 2);
+      if (pw != 1 && pw != 2) n.fail(ErrorCode::InvalidModel, "p must be 1 or 2, got " + std::to_string(pw));
+      return kernel([=](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        require_float(ctx, 0, x.dtype());
+        int rank = x.rank();
+        if (rank == 0) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 1");
+        int ax = normalize_axis(ctx, axis, rank);
+        std::vector<bool> red(size_t(rank), false);
+        red[size_t(ax)] = true;
+        ReducePlan p = make_plan(x.shape(), red, true);
+        std::vector<double> xs = to_dvec(ctx, 0, x);
+        std::vector<double> ys(xs.size());
+        for (int64_t base : p.base) {
+          double nrm = 0;
+          for (int64_t o : p.roff) {
+            double v = xs[size_t(base + o)];
+            nrm += pw == 1 ? std::fabs(v) : v * v;
+          }
+          if (pw == 2) nrm = std::sqrt(nrm);
+          for (int64_t o : p.roff) ys[size_t(base + o)] = nrm == 0 ? 0.0 : xs[size_t(base + o)] / nrm;
+        }
+        from_dvec(ctx.output(0, x.dtype(), x.shape()), ys);
+      });
+    });
+  }
+
   // MeanVarianceNormalization
   for (int v : {9, 13}) {
     r.add("MeanVarianceNormalization", v, [](const Node& n) {

@@ -233,6 +233,10 @@ void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
       C* h = Hs.data() + size_t((d * Bn + b) * H);
       C* c = cfg.kind == RnnKind::Lstm ? Cs.data() + size_t((d * Bn + b) * H) : nullptr;
       const int64_t len = lens[size_t(b)];
+      if (len == 0) {  // an empty sequence yields zero final states (as ONNX Runtime does)
+        std::fill(h, h + H, C(0));
+        if (c) std::fill(c, c + H, C(0));
+      }
       for (int64_t s = 0; s < len; ++s) {
         const int64_t t = rev ? len - 1 - s : s;
         const C* xt = x.data() + size_t(bf ? (b * S + t) * I : (t * Bn + b) * I);

@@ -34,9 +34,15 @@ std::vector<int64_t> int_input(const KernelContext& ctx, int i, const char* what
   return t.to_int64_vector();
 }
 
+// Rejects negative dimensions and shapes whose element count overflows int64 (a wrapped count
+// would allocate too little storage for the shape).
 void check_shape_nonneg(const KernelContext& ctx, const Shape& s, const char* what) {
-  for (int64_t d : s)
+  int64_t n = 1;
+  for (int64_t d : s) {
     if (d < 0) ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " " + shape_str(s) + " has a negative dimension");
+    if (__builtin_mul_overflow(n, d, &n))
+      ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " " + shape_str(s) + " has too many elements");
+  }
 }
 
 // Normalizes a list of axes against rank; rejects out-of-range and duplicate axes.
@@ -173,7 +179,8 @@ Shape reshape_target(const KernelContext& ctx, const Shape& in, const std::vecto
     } else {
       out[i] = s;
     }
-    known *= out[i];
+    if (__builtin_mul_overflow(known, out[i], &known))
+      ctx.fail(ErrorCode::InvalidArgument, "shape " + ints_str(shape) + " has too many elements");
   }
   int64_t numel = shape_numel(in);
   if (neg >= 0) {
@@ -323,10 +330,16 @@ void do_pad(KernelContext& ctx, PadMode mode, const std::vector<int64_t>& pads, 
   std::vector<std::vector<int64_t>> maps(static_cast<size_t>(r));
   for (int d = 0; d < r; ++d) {
     int64_t dim = x.dim(d);
-    int64_t od = dim + b[size_t(d)] + e[size_t(d)];
+    int64_t od;
+    if (__builtin_add_overflow(dim, b[size_t(d)], &od) || __builtin_add_overflow(od, e[size_t(d)], &od))
+      ctx.fail(ErrorCode::InvalidArgument, "pads " + ints_str(pads) + " are out of range");
     if (od < 0)
       ctx.fail(ErrorCode::InvalidArgument, "pads " + ints_str(pads) + " remove more than the " + std::to_string(dim) + " elements of axis " + std::to_string(d));
     os[size_t(d)] = od;
+  }
+  check_shape_nonneg(ctx, os, "padded shape");
+  for (int d = 0; d < r; ++d) {
+    int64_t dim = x.dim(d), od = os[size_t(d)];
     auto& m = maps[size_t(d)];
     m.resize(size_t(od));
     for (int64_t o = 0; o < od; ++o) {
@@ -408,6 +421,7 @@ void do_col2im(KernelContext& ctx, const std::vector<int64_t>& dil_attr, const s
     ctx.fail(ErrorCode::InvalidArgument, "input dimension 2 (" + std::to_string(L) + ") does not match the " + std::to_string(lprod) + " sliding blocks implied by the attributes");
   Shape os = {N, C};
   for (int64_t v : image) os.push_back(v);
+  check_shape_nonneg(ctx, os, "output shape");
   Tensor& y = ctx.output(0, x.dtype(), os);
   int64_t isz = shape_numel(image);
   if (!visit_numeric(x.dtype(), [&]<class T>() {
@@ -709,6 +723,7 @@ void register_tensor_ops(OpRegistry& r) {
       Shape shape = int_input(ctx, 1, "shape");
       check_shape_nonneg(ctx, shape, "shape");
       Shape os = broadcast_shapes(ctx, x.shape(), shape);
+      check_shape_nonneg(ctx, os, "output shape");
       if (os == x.shape()) {
         ctx.set_output(0, ctx.input_value(0));
         return;
@@ -728,7 +743,12 @@ void register_tensor_ops(OpRegistry& r) {
     for (int d = 0; d < rk; ++d) {
       if (reps[size_t(d)] < 0) ctx.fail(ErrorCode::InvalidArgument, "repeats " + ints_str(reps) + " has a negative entry");
       int64_t dim = x.dim(d);
-      os[size_t(d)] = dim * reps[size_t(d)];
+      if (__builtin_mul_overflow(dim, reps[size_t(d)], &os[size_t(d)]))
+        ctx.fail(ErrorCode::InvalidArgument, "repeats " + ints_str(reps) + " give too many elements");
+    }
+    check_shape_nonneg(ctx, os, "tiled shape");
+    for (int d = 0; d < rk; ++d) {
+      int64_t dim = x.dim(d);
       maps[size_t(d)].resize(size_t(os[size_t(d)]));
       for (int64_t o = 0; o < os[size_t(d)]; ++o) maps[size_t(d)][size_t(o)] = o % dim;
     }
@@ -1016,6 +1036,9 @@ void register_tensor_ops(OpRegistry& r) {
       if (shape.size() != axes.size())
         ctx.fail(ErrorCode::InvalidArgument, "shape " + ints_str(shape) + " must have one entry per axis (" + std::to_string(axes.size()) + ")");
       Shape os = x.shape();
+      for (size_t i = 0; i < axes.size(); ++i) os[size_t(axes[i])] = shape[i];
+      check_shape_nonneg(ctx, os, "output shape");
+      os = x.shape();
       std::vector<std::vector<int64_t>> maps(static_cast<size_t>(rk));
       for (int d = 0; d < rk; ++d) {
         maps[size_t(d)].resize(size_t(os[size_t(d)]));

@@ -10,13 +10,16 @@ It first makes sure everything it needs is there (each step is idempotent and ch
   tests/parity/gen_models.py MODELS_DIR/generated   architecture models with random weights
 Then, for every case (model + input shape), it writes seeded numpy inputs as .npy, runs
 `basalt run MODEL --input NAME=FILE ... --output-dir DIR` and tests/parity/ort_run.js on the same
-inputs, and compares every output: same count, names, dtypes and shapes; floats within relative L2
-error ||basalt - ort|| / ||ort|| <= 1e-3 (and NaN/Inf in the same places); integers and bools equal.
+inputs (ORT's outputs are cached in MODELS_DIR/.ort_cache), and compares every output: same count,
+names, dtypes and shapes; floats within relative L2 error ||basalt - ort|| / ||ort|| <= 1e-3, or
+every element within 1e-6 of ORT (see ABS_FLOOR), and NaN/Inf in the same places; integers and bools
+equal.
 
 Prints one line per case, `PASS name shape relL2=...` or `FAIL name shape: reason`, then exactly one
 line `N passed, N failed`. Exit status 1 if any case failed.
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -31,6 +34,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 REL_L2_MAX = 1e-3
+# An output whose every element is within ABS_FLOOR of ORT passes even when its relative L2 error is
+# larger: ORT's own float32 activations (MLAS's Sigmoid/Tanh approximations) carry an absolute error
+# of ~1.5e-7, which dominates outputs made only of near-zero values (ppocr_v4_det's probability map on
+# random input: values ~1e-7, where basalt matches the exact sigmoid and ORT is off by 1e-2 relative).
+ABS_FLOOR = 1e-6
 
 NP_DTYPES = {"float32": np.float32, "float": np.float32, "float64": np.float64, "double": np.float64,
              "float16": np.float16, "int64": np.int64, "int32": np.int32, "int16": np.int16, "int8": np.int8,
@@ -172,6 +180,7 @@ def compare(got, ref):
     if len(got) != len(ref):
         return False, f"{len(got)} outputs, ORT has {len(ref)}"
     worst = 0.0
+    floor_note = ""
     for (gn, g), (rn, r) in zip(got, ref):
         if gn != rn:
             return False, f"output name '{gn}', ORT has '{rn}'"
@@ -188,6 +197,11 @@ def compare(got, ref):
             diff = np.linalg.norm((g64 - r64)[fr])
             norm = np.linalg.norm(r64[fr])
             rel = diff / norm if norm > 0 else diff
+            maxabs = float(np.max(np.abs((g64 - r64)[fr]))) if fr.any() else 0.0
+            if rel > REL_L2_MAX and maxabs <= ABS_FLOOR:
+                floor_note = f" (output '{gn}' passes on max abs diff {maxabs:.2e} <= {ABS_FLOOR:g})"
+                worst = max(worst, rel)
+                continue
             if not rel <= REL_L2_MAX:
                 i = int(np.argmax(np.abs(np.where(fr, g64 - r64, 0))))
                 return False, (f"output '{gn}': relL2={rel:.3g} > {REL_L2_MAX:g} (max abs diff "
@@ -197,7 +211,7 @@ def compare(got, ref):
             if not np.array_equal(g, r):
                 n = int((g != r).sum())
                 return False, f"output '{gn}': {n} of {r.size} values differ"
-    return True, f"relL2={worst:.2e}"
+    return True, f"relL2={worst:.2e}{floor_note}"
 
 
 def prepare(args):
@@ -234,6 +248,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=900, help="seconds per basalt/ORT run (default 900)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (inputs and outputs)")
     ap.add_argument("--no-fetch", action="store_true", help="do not call scripts/fetch_models.sh")
+    ap.add_argument("--no-cache", action="store_true", help="always rerun ORT (no MODELS_DIR/.ort_cache)")
     ap.add_argument("--list", action="store_true", help="list the cases and exit")
     args = ap.parse_args()
     args.models_dir = os.path.abspath(args.models_dir)
@@ -277,18 +292,34 @@ def main():
             print(f"FAIL {c.label}: basalt: {msg or f'exit status {rc}'} ({tb:.1f} s)", flush=True)
             failed += 1
             continue
-        rc, msg, to = run_cmd(["node", os.path.join(HERE, "ort_run.js"), c.model_path, ind, od, str(args.threads)],
-                              args.timeout, env=env)
-        if rc != 0:
-            print(f"FAIL {c.label}: ORT: {msg or f'exit status {rc}'}", flush=True)
-            failed += 1
-            continue
+        # ORT reference outputs are cached under MODELS_DIR/.ort_cache, keyed by model file, inputs and
+        # ORT version, so that re-runs only pay for basalt
+        key = hashlib.sha256()
+        st = os.stat(c.model_path)
+        key.update(f"{os.path.realpath(c.model_path)}|{st.st_size}|{st.st_mtime_ns}|{ort_path}|{args.threads}".encode())
+        for n, a in feeds:
+            key.update(n.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+        cache = os.path.join(args.models_dir, ".ort_cache", key.hexdigest()[:32])
+        to = 0.0
+        if not args.no_cache and os.path.exists(os.path.join(cache, "outputs.json")):
+            od = cache
+        else:
+            rc, msg, to = run_cmd(["node", os.path.join(HERE, "ort_run.js"), c.model_path, ind, od,
+                                   str(args.threads)], args.timeout, env=env)
+            if rc != 0:
+                print(f"FAIL {c.label}: ORT: {msg or f'exit status {rc}'}", flush=True)
+                failed += 1
+                continue
+            if not args.no_cache:
+                shutil.rmtree(cache, ignore_errors=True)
+                shutil.copytree(od, cache + ".part")
+                os.replace(cache + ".part", cache)
         try:
             ok, detail = compare(load_outputs(bd), load_outputs(od))
         except Exception as e:  # unreadable outputs
             ok, detail = False, f"cannot read outputs: {e}"
         if ok:
-            print(f"PASS {c.label} {detail} (basalt {tb:.1f} s, ort {to:.1f} s)", flush=True)
+            print(f"PASS {c.label} {detail} (basalt {tb:.1f} s, ort {f'{to:.1f} s' if to else 'cached'})", flush=True)
             passed += 1
         else:
             print(f"FAIL {c.label}: {detail}", flush=True)

@@ -43,9 +43,9 @@ std::vector<Value> run_op(const std::string& op, int opset, std::vector<Attribut
   auto k = (*f)(n);
   std::vector<const Value*> in_ptrs;
   for (auto& v : ins) in_ptrs.push_back(&v);
-  std::vector<Value> outs(size_t(nout));
+  std::vector<Value> outs(static_cast<size_t>(nout));
   RunContext rc;
-  KernelContext ctx(n, in_ptrs, outs, {}, rc);
+  KernelContext ctx(n, in_ptrs, outs, std::span<const Value* const>(), rc);
   k->compute(ctx);
   return outs;
 }

@@ -278,6 +278,26 @@ TEST(RnnQuantRnn, SequenceLensBidirectional) {
     for (int64_t h = 0; h < H; ++h) EXPECT_NEAR(yh[size_t((d * Bn + 1) * H + h)], yhs[size_t(d * H + h)], 1e-6);
 }
 
+// A zero-length sequence gives zero Y and zero final states (ONNX Runtime's behaviour).
+TEST(RnnQuantLstm, ZeroLengthSequenceGivesZeroStates) {
+  const int64_t S = 2, Bn = 2, I = 2, H = 2;
+  Tensor X = rq_f(rq_rand(size_t(S * Bn * I), 31), {S, Bn, I});
+  Tensor W = rq_f(rq_rand(size_t(4 * H * I), 32), {1, 4 * H, I});
+  Tensor R = rq_f(rq_rand(size_t(4 * H * H), 33), {1, 4 * H, H});
+  Tensor H0 = rq_f(rq_rand(size_t(Bn * H), 34), {1, Bn, H});
+  Tensor C0 = rq_f(rq_rand(size_t(Bn * H), 35), {1, Bn, H});
+  Tensor lens = Tensor::from_vector<int32_t>({0, 2}, {2});
+  auto out = rq_run("LSTM", 14, {rq_attr_i("hidden_size", H)}, {X, W, R, Value(), lens, H0, C0}, 3);
+  std::vector<float> y = rq_vals(out[0].tensor), yh = rq_vals(out[1].tensor), yc = rq_vals(out[2].tensor);
+  for (int64_t t = 0; t < S; ++t)
+    for (int64_t h = 0; h < H; ++h) EXPECT_EQ(y[size_t((t * Bn + 0) * H + h)], 0.0f);
+  for (int64_t h = 0; h < H; ++h) {
+    EXPECT_EQ(yh[size_t(h)], 0.0f);
+    EXPECT_EQ(yc[size_t(h)], 0.0f);
+    EXPECT_NE(yh[size_t(H + h)], 0.0f);
+  }
+}
+
 TEST(RnnQuantRnn, ValidationErrors) {
   Tensor X = rq_f({1, 2}, {2, 1, 1});
   Tensor W = rq_f({0.5f}, {1, 1, 1}), R = rq_f({0.25f}, {1, 1, 1});

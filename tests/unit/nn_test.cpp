@@ -1,0 +1,198 @@
+// Unit tests for the nn group's kernels (src/ops/nn.cpp): the fast paths (register-tiled GEMM,
+// depthwise convolution, 1x1 convolution) against naive loops, plus validation errors.
+#include "ops/kernel.hpp"
+
+#include <basalt/error.hpp>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+using namespace basalt;
+
+namespace {
+
+Attribute nn_attr_i(const std::string& name, int64_t v) {
+  Attribute a;
+  a.name = name;
+  a.type = Attribute::Type::Int;
+  a.i = v;
+  return a;
+}
+Attribute nn_attr_ints(const std::string& name, std::vector<int64_t> v) {
+  Attribute a;
+  a.name = name;
+  a.type = Attribute::Type::Ints;
+  a.ints = std::move(v);
+  return a;
+}
+
+std::vector<Value> nn_run(const std::string& op, int opset, std::vector<Attribute> attrs, std::vector<Value> inputs,
+                          int num_outputs = 1) {
+  Node n;
+  n.name = "t";
+  n.op_type = op;
+  n.opset = opset;
+  n.attrs = std::move(attrs);
+  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
+  for (int i = 0; i < num_outputs; ++i) n.outputs.push_back(100 + i);
+  const KernelFactory* f = OpRegistry::instance().find("", op, opset);
+  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
+  n.kernel = (*f)(n);
+  std::vector<const Value*> ins;
+  for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
+  std::vector<Value> outs(static_cast<size_t>(num_outputs));
+  std::vector<const Value*> impl;
+  RunContext rc;
+  KernelContext ctx(n, ins, outs, impl, rc);
+  n.kernel->compute(ctx);
+  return outs;
+}
+
+Tensor nn_rand(Shape s, uint32_t seed) {
+  Tensor t(DType::Float, s);
+  uint32_t st = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    st = st * 1664525u + 1013904223u;
+    t.data<float>()[i] = float((st >> 8) % 2001) / 1000.f - 1.f;
+  }
+  return t;
+}
+
+// Naive 2-D convolution.
+Tensor naive_conv2d(const Tensor& x, const Tensor& w, int64_t G, int64_t s, int64_t d, int64_t p) {
+  int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3), M = w.dim(0), KH = w.dim(2), KW = w.dim(3);
+  int64_t Cg = C / G, Mg = M / G;
+  int64_t OH = (H + 2 * p - (KH - 1) * d - 1) / s + 1, OW = (W + 2 * p - (KW - 1) * d - 1) / s + 1;
+  Tensor y(DType::Float, {N, M, OH, OW});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double acc = 0;
+          int64_t g = m / Mg;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t kh = 0; kh < KH; ++kh)
+              for (int64_t kw = 0; kw < KW; ++kw) {
+                int64_t ih = oh * s - p + kh * d, iw = ow * s - p + kw * d;
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                acc += double(x.data<float>()[((n * C + g * Cg + c) * H + ih) * W + iw]) *
+                       double(w.data<float>()[((m * Cg + c) * KH + kh) * KW + kw]);
+              }
+          y.data<float>()[((n * M + m) * OH + oh) * OW + ow] = float(acc);
+        }
+  return y;
+}
+
+void nn_expect_close(const Tensor& a, const Tensor& b, float tol = 1e-4f) {
+  ASSERT_EQ(a.shape(), b.shape());
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i], tol) << "at " << i;
+}
+
+}  // namespace
+
+TEST(NnOps, ConvPathsMatchNaive) {
+  struct Case {
+    int64_t C, M, H, W, K, G, s, d, p;
+  };
+  std::vector<Case> cases = {
+      {3, 5, 9, 11, 3, 1, 1, 1, 1},   // generic im2col
+      {4, 6, 10, 7, 3, 2, 2, 1, 1},   // groups + stride
+      {8, 8, 12, 13, 3, 8, 1, 1, 1},  // depthwise
+      {6, 12, 9, 9, 5, 6, 2, 2, 3},   // depthwise, 2 outputs per group, stride, dilation, pad
+      {7, 9, 6, 5, 1, 1, 1, 1, 0},    // 1x1 direct
+      {16, 20, 17, 19, 3, 1, 1, 2, 2},
+  };
+  uint32_t seed = 1;
+  for (const Case& c : cases) {
+    Tensor x = nn_rand({2, c.C, c.H, c.W}, seed++);
+    Tensor w = nn_rand({c.M, c.C / c.G, c.K, c.K}, seed++);
+    auto y = nn_run("Conv", 11,
+                    {nn_attr_i("group", c.G), nn_attr_ints("strides", {c.s, c.s}), nn_attr_ints("dilations", {c.d, c.d}),
+                     nn_attr_ints("pads", {c.p, c.p, c.p, c.p})},
+                    {x, w})[0]
+                 .tensor;
+    nn_expect_close(y, naive_conv2d(x, w, c.G, c.s, c.d, c.p));
+  }
+}
+
+TEST(NnOps, MatMulTilesAndEdges) {
+  for (int64_t M : {1, 3, 4, 9})
+    for (int64_t N : {1, 7, 8, 19})
+      for (int64_t K : {1, 5, 16}) {
+        Tensor a = nn_rand({2, M, K}, uint32_t(M * 100 + N * 10 + K)), b = nn_rand({K, N}, uint32_t(M + N + K));
+        Tensor y = nn_run("MatMul", 13, {}, {a, b})[0].tensor;
+        ASSERT_EQ(y.shape(), (Shape{2, M, N}));
+        for (int64_t bi = 0; bi < 2; ++bi)
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              double acc = 0;
+              for (int64_t k = 0; k < K; ++k) acc += double(a.data<float>()[(bi * M + i) * K + k]) * double(b.data<float>()[k * N + j]);
+              ASSERT_NEAR(y.data<float>()[(bi * M + i) * N + j], acc, 1e-4);
+            }
+      }
+}
+
+TEST(NnOps, MatMulIntegerAnd1D) {
+  Tensor a = Tensor::from_vector<int64_t>({1, 2, 3}, {3});
+  Tensor b = Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {3, 2});
+  auto y = nn_run("MatMul", 13, {}, {a, b})[0].tensor;
+  ASSERT_EQ(y.shape(), (Shape{2}));
+  EXPECT_EQ(y.data<int64_t>()[0], 22);
+  EXPECT_EQ(y.data<int64_t>()[1], 28);
+}
+
+TEST(NnOps, ValidationErrors) {
+  Tensor x = nn_rand({1, 3, 5, 5}, 1);
+  Tensor w = nn_rand({4, 2, 3, 3}, 2);  // wrong channel count
+  EXPECT_THROW(nn_run("Conv", 11, {}, {x, w}), Error);
+  Tensor w2 = nn_rand({4, 3, 7, 7}, 3);  // kernel larger than input
+  EXPECT_THROW(nn_run("Conv", 11, {}, {x, w2}), Error);
+  EXPECT_THROW(nn_run("MatMul", 13, {}, {nn_rand({2, 3}, 4), nn_rand({4, 2}, 5)}), Error);
+  // MaxUnpool with an out-of-range index
+  Tensor xi = nn_rand({1, 1, 1, 1}, 6);
+  Tensor ii = Tensor::from_vector<int64_t>({99}, {1, 1, 1, 1});
+  EXPECT_THROW(nn_run("MaxUnpool", 11, {nn_attr_ints("kernel_shape", {2, 2}), nn_attr_ints("strides", {2, 2})}, {xi, ii}), Error);
+}
+
+TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
+  // ConvTranspose with groups against a direct scatter formulation.
+  int64_t C = 4, G = 2, Mg = 3, H = 4, W = 5, K = 3, s = 2;
+  Tensor x = nn_rand({1, C, H, W}, 11), w = nn_rand({C, Mg, K, K}, 12);
+  auto y = nn_run("ConvTranspose", 11, {nn_attr_i("group", G), nn_attr_ints("strides", {s, s})}, {x, w})[0].tensor;
+  int64_t OH = (H - 1) * s + K, OW = (W - 1) * s + K, M = Mg * G;
+  ASSERT_EQ(y.shape(), (Shape{1, M, OH, OW}));
+  std::vector<double> ref(size_t(M * OH * OW), 0.0);
+  for (int64_t c = 0; c < C; ++c) {
+    int64_t g = c / (C / G);
+    for (int64_t m = 0; m < Mg; ++m)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t ww = 0; ww < W; ++ww)
+          for (int64_t kh = 0; kh < K; ++kh)
+            for (int64_t kw = 0; kw < K; ++kw)
+              ref[size_t(((g * Mg + m) * OH + h * s + kh) * OW + ww * s + kw)] +=
+                  double(x.data<float>()[(c * H + h) * W + ww]) * double(w.data<float>()[((c * Mg + m) * K + kh) * K + kw]);
+  }
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(y.data<float>()[i], ref[i], 1e-4) << "at " << i;
+}
+
+TEST(NnOps, ResizeNearestIsExactForInt64) {
+  int64_t big = (int64_t(1) << 53) + 1;
+  Tensor x = Tensor::from_vector<int64_t>({big, 2, 3, big + 2}, {1, 1, 2, 2});
+  Tensor scales = Tensor::from_vector<float>({1, 1, 2, 2}, {4});
+  Attribute mode;
+  mode.name = "mode";
+  mode.type = Attribute::Type::String;
+  mode.s = "nearest";
+  auto y = nn_run("Resize", 13, {mode}, {x, Value(), scales})[0].tensor;
+  ASSERT_EQ(y.shape(), (Shape{1, 1, 4, 4}));
+  ASSERT_EQ(y.dtype(), DType::Int64);
+  EXPECT_EQ(y.data<int64_t>()[0], big);
+  EXPECT_EQ(y.data<int64_t>()[1], big);
+  EXPECT_EQ(y.data<int64_t>()[15], big + 2);
+  // Upsample-9 on uint8 (nearest, floor semantics)
+  Tensor u = Tensor::from_vector<uint8_t>({1, 2, 3, 4}, {1, 1, 2, 2});
+  auto z = nn_run("Upsample", 9, {mode}, {u, Tensor::from_vector<float>({1, 1, 1, 3}, {4})})[0].tensor;
+  ASSERT_EQ(z.shape(), (Shape{1, 1, 2, 6}));
+  std::vector<int> expect = {1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4};
+  for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(int(z.data<uint8_t>()[i]), expect[i]);
+}
