@@ -131,5 +131,6 @@ void register_signal_ops(OpRegistry& r);
 void register_controlflow_ops(OpRegistry& r);
 void register_sequence_ops(OpRegistry& r);
 void register_misc_ops(OpRegistry& r);
+void register_attention_ops(OpRegistry& r);
 
 }  // namespace basalt

@@ -17,6 +17,7 @@ const OpRegistry& OpRegistry::instance() {
     register_controlflow_ops(r);
     register_sequence_ops(r);
     register_misc_ops(r);
+    register_attention_ops(r);
     return r;
   }();
   return reg;

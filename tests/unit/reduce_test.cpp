@@ -140,7 +140,7 @@ TEST(ReduceOps, BoolMaxMin) {
   EXPECT_THROW(run_op("ReduceSum", 13, {}, {b}), Error);
 }
 
-TEST(SoftmaxOps, OldOpsetFlattens) {
+TEST(ReduceSoftmax, OldOpsetFlattens) {
   // opset 11, axis=1 on [1,2,2]: normalizes over all 4 values.
   auto y = run_op("Softmax", 11, {}, {ft({0, 0, 0, 0}, {1, 2, 2})})[0].tensor;
   expect_near(fv(y), {0.25f, 0.25f, 0.25f, 0.25f});
@@ -148,28 +148,28 @@ TEST(SoftmaxOps, OldOpsetFlattens) {
   expect_near(fv(z), {0.5f, 0.5f, 0.5f, 0.5f});
 }
 
-TEST(SoftmaxOps, HardmaxFirstMaxWins) {
+TEST(ReduceSoftmax, HardmaxFirstMaxWins) {
   auto y = run_op("Hardmax", 13, {}, {ft({3, 1, 3, 2}, {4})})[0].tensor;
   expect_near(fv(y), {1, 0, 0, 0});
 }
 
-TEST(SoftmaxOps, BadAxisIsError) {
+TEST(ReduceSoftmax, BadAxisIsError) {
   EXPECT_THROW(run_op("LogSoftmax", 13, {attr_i("axis", 2)}, {ft({1, 2}, {1, 2})}), Error);
 }
 
-TEST(Einsum, ImplicitMatmul) {
+TEST(ReduceEinsum, ImplicitMatmul) {
   auto y = run_op("Einsum", 12, {attr_s("equation", "ij,jk")}, {ft({1, 2, 3, 4}, {2, 2}), ft({5, 6, 7, 8}, {2, 2})})[0].tensor;
   EXPECT_EQ(y.shape(), (Shape{2, 2}));
   expect_near(fv(y), {19, 22, 43, 50});
 }
 
-TEST(Einsum, BatchDiagonalWithEllipsis) {
+TEST(ReduceEinsum, BatchDiagonalWithEllipsis) {
   auto y = run_op("Einsum", 12, {attr_s("equation", "...ii->...i")}, {ft({1, 2, 3, 4, 5, 6, 7, 8}, {2, 2, 2})})[0].tensor;
   EXPECT_EQ(y.shape(), (Shape{2, 2}));
   expect_near(fv(y), {1, 4, 5, 8});
 }
 
-TEST(Einsum, TraceAndBroadcast) {
+TEST(ReduceEinsum, TraceAndBroadcast) {
   auto tr = run_op("Einsum", 12, {attr_s("equation", "ii")}, {ft({1, 2, 3, 4}, {2, 2})})[0].tensor;
   EXPECT_EQ(tr.shape(), (Shape{}));
   expect_near(fv(tr), {5});
@@ -181,28 +181,28 @@ TEST(Einsum, TraceAndBroadcast) {
   expect_near(fv(b), {3, 7});
 }
 
-TEST(Einsum, Errors) {
+TEST(ReduceEinsum, Errors) {
   EXPECT_THROW(run_op("Einsum", 12, {attr_s("equation", "ij,jk->ik")}, {ft({1, 2, 3, 4, 5, 6}, {2, 3}), ft({1, 2}, {2, 1})}), Error);
   EXPECT_THROW(run_op("Einsum", 12, {attr_s("equation", "ij->i")}, {ft({1, 2}, {2})}), Error);
   EXPECT_THROW(run_op("Einsum", 12, {attr_s("equation", "i1->i")}, {ft({1, 2}, {2})}), Error);
   EXPECT_THROW(run_op("Einsum", 12, {attr_s("equation", "ij->k")}, {ft({1, 2}, {1, 2})}), Error);
 }
 
-TEST(Det, PivotingAndBatch) {
+TEST(ReduceDet, PivotingAndBatch) {
   auto y = run_op("Det", 11, {}, {ft({0, 1, 1, 0, 2, 0, 0, 3, 1, 2, 2, 4}, {3, 2, 2})})[0].tensor;
   EXPECT_EQ(y.shape(), (Shape{3}));
   expect_near(fv(y), {-1, 6, 0});
   EXPECT_THROW(run_op("Det", 11, {}, {ft({1, 2, 3, 4, 5, 6}, {2, 3})}), Error);
 }
 
-TEST(Norms, LayerNormOutputs) {
+TEST(ReduceNorms, LayerNormOutputs) {
   auto o = run_op("LayerNormalization", 17, {attr_f("epsilon", 0)}, {ft({1, 3, 0, 4}, {2, 2}), ft({1, 1}, {2})}, 3);
   expect_near(fv(o[0].tensor), {-1, 1, -1, 1});
   EXPECT_EQ(o[1].tensor.shape(), (Shape{2, 1}));
   expect_near(fv(o[1].tensor), {2, 2});
 }
 
-TEST(Norms, GroupNormOpset18PerGroup) {
+TEST(ReduceNorms, GroupNormOpset18PerGroup) {
   // C=4, 2 groups, per-group scale [1, 2], bias [0, 10]
   auto y = run_op("GroupNormalization", 18, {attr_i("num_groups", 2), attr_f("epsilon", 0)},
                   {ft({1, 3, 4, 6}, {1, 4}), ft({1, 2}, {2}), ft({0, 10}, {2})})[0].tensor;
@@ -212,8 +212,21 @@ TEST(Norms, GroupNormOpset18PerGroup) {
                Error);
 }
 
-TEST(Losses, NllTargetOutOfRangeIsError) {
+TEST(ReduceLosses, NllTargetOutOfRangeIsError) {
   EXPECT_THROW(run_op("NegativeLogLikelihoodLoss", 13, {}, {ft({-1, -2}, {1, 2}), it({2}, {1})}), Error);
   auto y = run_op("NegativeLogLikelihoodLoss", 13, {attr_i("ignore_index", 2)}, {ft({-1, -2, -3, -4}, {2, 2}), it({2, 1}, {2})})[0].tensor;
   expect_near(fv(y), {4});
+}
+
+TEST(ReduceNorms, LpNormalization) {
+  auto y = run_op("LpNormalization", 1, {attr_i("p", 2)}, {ft({3, 4, 0, 0}, {2, 2})})[0].tensor;
+  expect_near(fv(y), {0.6f, 0.8f, 0, 0});
+  auto z = run_op("LpNormalization", 22, {attr_i("p", 1), attr_i("axis", 0)}, {ft({1, 2, 3, 2}, {2, 2})})[0].tensor;
+  expect_near(fv(z), {0.25f, 0.5f, 0.75f, 0.5f});
+}
+
+TEST(ReduceNorms, BatchNormInference) {
+  auto y = run_op("BatchNormalization", 15, {attr_f("epsilon", 0)},
+                  {ft({1, 2, 3, 4}, {1, 2, 2}), ft({2, 1}, {2}), ft({0, 1}, {2}), ft({1, 3}, {2}), ft({1, 4}, {2})})[0].tensor;
+  expect_near(fv(y), {0, 2, 1, 1.5f});
 }
