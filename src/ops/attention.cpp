@@ -1,8 +1,544 @@
 // Reference kernels: attention-family and other recent ops.
+//   Attention (23, 24), RotaryEmbedding (23), CumProd, BitCast, TensorScatter.
+//
+// Float kernels compute in double and round intermediate results to the element type at the
+// points where the ONNX definition produces an intermediate tensor of that type, so float16
+// results match the specification's step-by-step evaluation closely.
 #include "ops/common.hpp"
 
-namespace basalt {
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
 
-void register_attention_ops(OpRegistry& r) { (void)r; }
+namespace basalt {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Round a value to the precision of a float element type.
+double round_to(DType t, double x) {
+  switch (t) {
+    case DType::Float: return double(float(x));
+    case DType::Float16: return double(float(float16(float(x))));
+    case DType::BFloat16: return double(float(bfloat16(float(x))));
+    default: return x;
+  }
+}
+
+// The wider of two float types (for mixed-precision products).
+DType wider_float(DType a, DType b) {
+  auto rank = [](DType t) {
+    switch (t) {
+      case DType::Double: return 3;
+      case DType::Float: return 2;
+      default: return 1;
+    }
+  };
+  if (rank(a) != rank(b)) return rank(a) > rank(b) ? a : b;
+  return a == b ? a : DType::Float;  // float16 vs bfloat16 promotes to float
+}
+
+bool is_float_type(DType t) {
+  return t == DType::Float || t == DType::Double || t == DType::Float16 || t == DType::BFloat16;
+}
+
+std::vector<double> to_doubles(const Tensor& t) {
+  std::vector<double> v(size_t(t.numel()));
+  bool ok = visit_numeric_bool(t.dtype(), [&]<class T>() {
+    const T* p = t.data<T>();
+    for (size_t i = 0; i < v.size(); ++i) v[i] = double(p[i]);
+  });
+  if (!ok) BASALT_THROW(Internal, std::string("to_doubles: unsupported type ") + dtype_name(t.dtype()));
+  return v;
+}
+
+template <class T>
+auto float_cast(double x) {
+  if constexpr (std::is_same_v<T, double>) return x;
+  else return float(x);
+}
+
+// Store doubles into a float tensor of type t.dtype().
+void from_doubles(Tensor& t, const std::vector<double>& v) {
+  visit_float(t.dtype(), [&]<class T>() {
+    T* p = t.data<T>();
+    for (size_t i = 0; i < v.size(); ++i) p[i] = T(float_cast<T>(v[i]));
+  });
+}
+
+std::string shp(const Shape& s) { return shape_str(s); }
+
+// ------------------------------------------------------------------------------------------
+// Attention
+// ------------------------------------------------------------------------------------------
+struct AttentionAttrs {
+  bool causal = false;
+  int64_t q_heads = 0, kv_heads = 0;
+  int64_t mode = 0;
+  bool has_scale = false;
+  double scale = 0;
+  double softcap = 0;
+  DType softmax_type = DType::Undefined;
+};
+
+void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
+  const Tensor& Q = ctx.input(0);
+  const Tensor& K = ctx.input(1);
+  const Tensor& V = ctx.input(2);
+  const DType dt = Q.dtype();
+  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (K.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "K must have the type of Q");
+  if (V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "V must have the type of Q");
+  const int rank = Q.rank();
+  if (rank != 3 && rank != 4) ctx.fail(ErrorCode::InvalidArgument, "Q must be 3-D or 4-D, got " + shp(Q.shape()));
+  if (K.rank() != rank || V.rank() != rank)
+    ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must have the same rank; got " + shp(Q.shape()) + ", " + shp(K.shape()) + ", " + shp(V.shape()));
+
+  int64_t B, Hq, Sq, D, Hkv, Skv, Dv;
+  if (rank == 4) {
+    B = Q.dim(0), Hq = Q.dim(1), Sq = Q.dim(2), D = Q.dim(3);
+    Hkv = K.dim(1), Skv = K.dim(2);
+    if (K.dim(0) != B || K.dim(3) != D)
+      ctx.fail(ErrorCode::InvalidArgument, "K shape " + shp(K.shape()) + " does not match Q shape " + shp(Q.shape()));
+    if (V.dim(0) != B || V.dim(1) != Hkv || V.dim(2) != Skv)
+      ctx.fail(ErrorCode::InvalidArgument, "V shape " + shp(V.shape()) + " does not match K shape " + shp(K.shape()));
+    Dv = V.dim(3);
+  } else {
+    if (a.q_heads <= 0 || a.kv_heads <= 0)
+      ctx.fail(ErrorCode::InvalidModel, "3-D inputs need the q_num_heads and kv_num_heads attributes");
+    B = Q.dim(0), Sq = Q.dim(1), Hq = a.q_heads, Hkv = a.kv_heads, Skv = K.dim(1);
+    if (Q.dim(2) % Hq) ctx.fail(ErrorCode::InvalidArgument, "Q hidden size " + std::to_string(Q.dim(2)) + " is not divisible by q_num_heads");
+    if (K.dim(2) % Hkv || V.dim(2) % Hkv)
+      ctx.fail(ErrorCode::InvalidArgument, "K/V hidden sizes are not divisible by kv_num_heads");
+    D = Q.dim(2) / Hq;
+    Dv = V.dim(2) / Hkv;
+    if (K.dim(0) != B || K.dim(2) / Hkv != D)
+      ctx.fail(ErrorCode::InvalidArgument, "K shape " + shp(K.shape()) + " does not match Q shape " + shp(Q.shape()));
+    if (V.dim(0) != B || V.dim(1) != Skv)
+      ctx.fail(ErrorCode::InvalidArgument, "V shape " + shp(V.shape()) + " does not match K shape " + shp(K.shape()));
+  }
+  if (Hkv <= 0 || Hq <= 0 || Hq % Hkv)
+    ctx.fail(ErrorCode::InvalidArgument, "the number of query heads (" + std::to_string(Hq) + ") must be a multiple of the number of key/value heads (" + std::to_string(Hkv) + ")");
+  const int64_t group = Hq / Hkv;
+
+  // Past key/value (always 4-D).
+  int64_t P = 0;
+  const Tensor* PK = nullptr;
+  const Tensor* PV = nullptr;
+  if (ctx.has_input(4) != ctx.has_input(5)) ctx.fail(ErrorCode::InvalidArgument, "past_key and past_value must be given together");
+  if (ctx.has_input(4)) {
+    PK = &ctx.input(4);
+    PV = &ctx.input(5);
+    if (PK->dtype() != dt || PV->dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "past_key/past_value must have the type of Q");
+    if (PK->rank() != 4 || PK->dim(0) != B || PK->dim(1) != Hkv || PK->dim(3) != D)
+      ctx.fail(ErrorCode::InvalidArgument, "past_key shape " + shp(PK->shape()) + " must be [batch, kv_heads, past_len, head_size]");
+    P = PK->dim(2);
+    if (PV->rank() != 4 || PV->dim(0) != B || PV->dim(1) != Hkv || PV->dim(2) != P || PV->dim(3) != Dv)
+      ctx.fail(ErrorCode::InvalidArgument, "past_value shape " + shp(PV->shape()) + " does not match past_key " + shp(PK->shape()));
+  }
+  const int64_t T = P + Skv;
+
+  // Gather inputs as [B, H, S, D] doubles.
+  std::vector<double> q = to_doubles(Q), kin = to_doubles(K), vin = to_doubles(V);
+  std::vector<double> qv(size_t(B * Hq * Sq * D)), kall(size_t(B * Hkv * T * D)), vall(size_t(B * Hkv * T * Dv));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t s = 0; s < Sq; ++s)
+        for (int64_t d = 0; d < D; ++d) {
+          size_t src = rank == 4 ? size_t(((b * Hq + h) * Sq + s) * D + d) : size_t((b * Sq + s) * Hq * D + h * D + d);
+          qv[size_t(((b * Hq + h) * Sq + s) * D + d)] = q[src];
+        }
+  {
+    std::vector<double> pk, pv;
+    if (PK) pk = to_doubles(*PK), pv = to_doubles(*PV);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t d = 0; d < D; ++d) {
+            double x;
+            if (t < P) x = pk[size_t(((b * Hkv + h) * P + t) * D + d)];
+            else {
+              int64_t s = t - P;
+              x = kin[rank == 4 ? size_t(((b * Hkv + h) * Skv + s) * D + d) : size_t((b * Skv + s) * Hkv * D + h * D + d)];
+            }
+            kall[size_t(((b * Hkv + h) * T + t) * D + d)] = x;
+          }
+          for (int64_t d = 0; d < Dv; ++d) {
+            double x;
+            if (t < P) x = pv[size_t(((b * Hkv + h) * P + t) * Dv + d)];
+            else {
+              int64_t s = t - P;
+              x = vin[rank == 4 ? size_t(((b * Hkv + h) * Skv + s) * Dv + d) : size_t((b * Skv + s) * Hkv * Dv + h * Dv + d)];
+            }
+            vall[size_t(((b * Hkv + h) * T + t) * Dv + d)] = x;
+          }
+        }
+  }
+  if (ctx.has_output(1)) {
+    Tensor& o = ctx.output(1, dt, {B, Hkv, T, D});
+    from_doubles(o, kall);
+  }
+  if (ctx.has_output(2)) {
+    Tensor& o = ctx.output(2, dt, {B, Hkv, T, Dv});
+    from_doubles(o, vall);
+  }
+
+  // Attention mask: broadcast (numpy rules, right-aligned) to [B, Hq, Sq, T]; a last dim
+  // shorter than T is padded with -inf (float) / false (bool).
+  const Tensor* M = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+  std::vector<double> mask;
+  int64_t mask_last = 0;
+  int64_t mstride[4] = {0, 0, 0, 0};
+  bool mask_bool = false;
+  if (M) {
+    mask_bool = M->dtype() == DType::Bool;
+    if (!mask_bool && M->dtype() != dt)
+      ctx.fail(ErrorCode::InvalidArgument, std::string("attn_mask must be bool or ") + dtype_name(dt) + ", got " + dtype_name(M->dtype()));
+    int mr = M->rank();
+    if (mr < 1 || mr > 4) ctx.fail(ErrorCode::InvalidArgument, "attn_mask must have rank 1 to 4, got " + shp(M->shape()));
+    mask_last = M->dim(-1);
+    if (mask_last > T)
+      ctx.fail(ErrorCode::InvalidArgument, "attn_mask last dimension " + std::to_string(mask_last) + " exceeds the total key length " + std::to_string(T));
+    const int64_t target[4] = {B, Hq, Sq, T};
+    std::vector<int64_t> st = shape_strides(M->shape());
+    for (int k = 0; k < mr; ++k) {
+      int td = 4 - mr + k;
+      int64_t md = M->dim(k);
+      if (td == 3) {
+        mstride[3] = 1;
+        continue;
+      }
+      if (md == target[td]) mstride[td] = st[size_t(k)];
+      else if (md == 1) mstride[td] = 0;
+      else ctx.fail(ErrorCode::InvalidArgument, "attn_mask shape " + shp(M->shape()) + " cannot broadcast to [" + std::to_string(B) + "," + std::to_string(Hq) + "," + std::to_string(Sq) + "," + std::to_string(T) + "]");
+    }
+    mask = to_doubles(*M);
+  }
+
+  // nonpad_kv_seqlen (opset 24): per-batch count of valid keys.
+  std::vector<int64_t> nonpad;
+  if (ctx.has_input(6)) {
+    const Tensor& N = ctx.input(6);
+    if (N.dtype() != DType::Int64 && N.dtype() != DType::Int32) unsupported_dtype(ctx, 6, N.dtype());
+    if (N.numel() != B) ctx.fail(ErrorCode::InvalidArgument, "nonpad_kv_seqlen must have batch_size (" + std::to_string(B) + ") elements, got " + shp(N.shape()));
+    nonpad = N.to_int64_vector();
+  }
+
+  const double scale = a.has_scale ? a.scale : 1.0 / std::sqrt(double(D));
+  const double sq = round_to(dt, std::sqrt(scale));
+  for (double& x : qv) x = round_to(dt, x * sq);
+  std::vector<double> ks(kall.size());
+  for (size_t i = 0; i < kall.size(); ++i) ks[i] = round_to(dt, kall[i] * sq);
+  const double cap = round_to(dt, a.softcap);
+  const DType smt = a.softmax_type == DType::Undefined ? dt : a.softmax_type;
+  const DType pvt = wider_float(smt, dt);
+
+  std::vector<double> y(size_t(B * Hq * Sq * Dv));
+  const bool want_qk = ctx.has_output(3);
+  std::vector<double> qk(want_qk ? size_t(B * Hq * Sq * T) : 0);
+  std::vector<double> raw(size_t(T)), biased(size_t(T)), p(size_t(T));
+
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < Sq; ++i) {
+        const double* qrow = &qv[size_t(((b * Hq + h) * Sq + i) * D)];
+        for (int64_t j = 0; j < T; ++j) {
+          const double* krow = &ks[size_t(((b * Hkv + hk) * T + j) * D)];
+          double acc = 0;
+          for (int64_t d = 0; d < D; ++d) acc += qrow[d] * krow[d];
+          double s = round_to(dt, acc);
+          if (a.softcap > 0) s = round_to(dt, round_to(dt, std::tanh(round_to(dt, s / cap))) * cap);
+          raw[size_t(j)] = s;
+          // Bias.
+          double bias = 0;
+          if (M) {
+            double mv;
+            if (j < mask_last) {
+              double m = mask[size_t(b * mstride[0] + h * mstride[1] + i * mstride[2] + j)];
+              mv = mask_bool ? (m != 0 ? 0.0 : -kInf) : m;
+            } else {
+              mv = -kInf;
+            }
+            bias = mv;
+          }
+          if (a.causal) {
+            int64_t offset = P;
+            if (!PK && !nonpad.empty()) offset = nonpad[size_t(b)] - Sq;
+            if (j > i + offset) bias = round_to(dt, bias + -kInf);
+          }
+          if (!nonpad.empty() && j >= nonpad[size_t(b)]) bias = round_to(dt, bias + -kInf);
+          biased[size_t(j)] = round_to(dt, s + bias);
+        }
+        // Softmax in precision smt.
+        double mx = -kInf;
+        for (int64_t j = 0; j < T; ++j) {
+          p[size_t(j)] = round_to(smt, biased[size_t(j)]);
+          mx = std::max(mx, p[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < T; ++j) {
+          p[size_t(j)] = round_to(smt, std::exp(round_to(smt, p[size_t(j)] - mx)));
+          sum += p[size_t(j)];
+        }
+        sum = round_to(smt, sum);
+        for (int64_t j = 0; j < T; ++j) p[size_t(j)] = round_to(smt, p[size_t(j)] / sum);
+        if (want_qk) {
+          double* o = &qk[size_t(((b * Hq + h) * Sq + i) * T)];
+          for (int64_t j = 0; j < T; ++j) {
+            double v;
+            switch (a.mode) {
+              case 0: v = raw[size_t(j)]; break;
+              case 1: v = a.softcap > 0 ? raw[size_t(j)] : biased[size_t(j)]; break;
+              case 2: v = biased[size_t(j)]; break;
+              default: v = p[size_t(j)]; break;
+            }
+            o[j] = round_to(dt, v);
+          }
+        }
+        for (int64_t d = 0; d < Dv; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < T; ++j) acc += p[size_t(j)] * vall[size_t(((b * Hkv + hk) * T + j) * Dv + d)];
+          double r = round_to(dt, round_to(pvt, acc));
+          if (rank == 4) y[size_t(((b * Hq + h) * Sq + i) * Dv + d)] = r;
+          else y[size_t((b * Sq + i) * Hq * Dv + h * Dv + d)] = r;
+        }
+      }
+    }
+  Shape yshape = rank == 4 ? Shape{B, Hq, Sq, Dv} : Shape{B, Sq, Hq * Dv};
+  Tensor& Y = ctx.output(0, dt, yshape);
+  from_doubles(Y, y);
+  if (want_qk) {
+    Tensor& o = ctx.output(3, dt, {B, Hq, Sq, T});
+    from_doubles(o, qk);
+  }
+}
+
+KernelFactory attention_factory() {
+  return [](const Node& n) {
+    AttentionAttrs a;
+    a.causal = n.attr_int("is_causal", 0) != 0;
+    a.q_heads = n.attr_int("q_num_heads", 0);
+    a.kv_heads = n.attr_int("kv_num_heads", 0);
+    a.mode = n.attr_int("qk_matmul_output_mode", 0);
+    if (a.mode < 0 || a.mode > 3) n.fail(ErrorCode::InvalidModel, "qk_matmul_output_mode must be 0..3, got " + std::to_string(a.mode));
+    a.has_scale = n.has_attr("scale");
+    if (a.has_scale) a.scale = n.attr_float("scale");
+    a.softcap = n.attr_float("softcap", 0.0f);
+    if (n.has_attr("softmax_precision")) {
+      int64_t sp = n.attr_int("softmax_precision");
+      DType t = dtype_is_known(int32_t(sp)) ? DType(int32_t(sp)) : DType::Undefined;
+      if (!is_float_type(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type (1, 10, 11 or 16), got " + std::to_string(sp));
+      a.softmax_type = t;
+    }
+    return kernel([a](KernelContext& ctx) { attention_compute(ctx, a); });
+  };
+}
+
+// ------------------------------------------------------------------------------------------
+// RotaryEmbedding
+// ------------------------------------------------------------------------------------------
+void rotary_compute(KernelContext& ctx, bool interleaved, int64_t num_heads, int64_t rot_dim_attr) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& C = ctx.input(1);
+  const Tensor& S = ctx.input(2);
+  const DType dt = X.dtype();
+  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (C.dtype() != dt) unsupported_dtype(ctx, 1, C.dtype());
+  if (S.dtype() != dt) unsupported_dtype(ctx, 2, S.dtype());
+  if (C.shape() != S.shape()) ctx.fail(ErrorCode::InvalidArgument, "cos_cache " + shp(C.shape()) + " and sin_cache " + shp(S.shape()) + " must have the same shape");
+  int64_t B, Sl, H, Dh;
+  const bool r4 = X.rank() == 4;
+  if (r4) {
+    B = X.dim(0), H = X.dim(1), Sl = X.dim(2), Dh = X.dim(3);
+  } else if (X.rank() == 3) {
+    if (num_heads <= 0) ctx.fail(ErrorCode::InvalidModel, "3-D input needs the num_heads attribute");
+    B = X.dim(0), Sl = X.dim(1), H = num_heads;
+    if (X.dim(2) % H) ctx.fail(ErrorCode::InvalidArgument, "hidden size " + std::to_string(X.dim(2)) + " is not divisible by num_heads " + std::to_string(H));
+    Dh = X.dim(2) / H;
+  } else {
+    ctx.fail(ErrorCode::InvalidArgument, "input must be 3-D or 4-D, got " + shp(X.shape()));
+  }
+  int64_t rd = rot_dim_attr > 0 ? rot_dim_attr : Dh;
+  if (rd > Dh || rd % 2) ctx.fail(ErrorCode::InvalidArgument, "rotary_embedding_dim " + std::to_string(rd) + " must be even and <= head size " + std::to_string(Dh));
+  const int64_t half = rd / 2;
+  std::vector<int64_t> pos;
+  if (ctx.has_input(3)) {
+    const Tensor& Pi = ctx.input(3);
+    if (Pi.dtype() != DType::Int64 && Pi.dtype() != DType::Int32) unsupported_dtype(ctx, 3, Pi.dtype());
+    if (Pi.rank() != 2 || Pi.dim(0) != B || Pi.dim(1) != Sl)
+      ctx.fail(ErrorCode::InvalidArgument, "position_ids shape " + shp(Pi.shape()) + " must be [batch, seq]");
+    if (C.rank() != 2 || C.dim(1) != half)
+      ctx.fail(ErrorCode::InvalidArgument, "cos_cache shape " + shp(C.shape()) + " must be [max_pos, " + std::to_string(half) + "] with position_ids");
+    pos = Pi.to_int64_vector();
+    for (int64_t p : pos)
+      if (p < 0 || p >= C.dim(0)) ctx.fail(ErrorCode::InvalidArgument, "position id " + std::to_string(p) + " is out of range [0, " + std::to_string(C.dim(0)) + ")");
+  } else {
+    if (C.rank() != 3 || C.dim(0) != B || C.dim(1) != Sl || C.dim(2) != half)
+      ctx.fail(ErrorCode::InvalidArgument, "cos_cache shape " + shp(C.shape()) + " must be [batch, seq, " + std::to_string(half) + "] without position_ids");
+  }
+  std::vector<double> x = to_doubles(X), c = to_doubles(C), s = to_doubles(S), y(x.size());
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < Sl; ++t) {
+      int64_t row = pos.empty() ? (b * Sl + t) : pos[size_t(b * Sl + t)];
+      const double* cr = &c[size_t(row * half)];
+      const double* sr = &s[size_t(row * half)];
+      for (int64_t h = 0; h < H; ++h) {
+        size_t base = r4 ? size_t(((b * H + h) * Sl + t) * Dh) : size_t((b * Sl + t) * H * Dh + h * Dh);
+        const double* xi = &x[base];
+        double* yo = &y[base];
+        for (int64_t k = 0; k < half; ++k) {
+          int64_t i1 = interleaved ? 2 * k : k, i2 = interleaved ? 2 * k + 1 : k + half;
+          double x1 = xi[i1], x2 = xi[i2];
+          yo[i1] = round_to(dt, round_to(dt, cr[k] * x1) - round_to(dt, sr[k] * x2));
+          yo[i2] = round_to(dt, round_to(dt, sr[k] * x1) + round_to(dt, cr[k] * x2));
+        }
+        for (int64_t k = rd; k < Dh; ++k) yo[k] = xi[k];
+      }
+    }
+  Tensor& Y = ctx.output(0, dt, X.shape());
+  from_doubles(Y, y);
+}
+
+// ------------------------------------------------------------------------------------------
+// CumProd
+// ------------------------------------------------------------------------------------------
+void cumprod_compute(KernelContext& ctx, bool exclusive, bool reverse) {
+  const Tensor& X = ctx.input(0);
+  const Tensor& A = ctx.input(1);
+  if (A.dtype() != DType::Int64 && A.dtype() != DType::Int32) unsupported_dtype(ctx, 1, A.dtype());
+  if (A.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, "axis must be a scalar, got shape " + shp(A.shape()));
+  if (X.rank() == 0) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 1");
+  int axis = normalize_axis(ctx, A.get_int(0), X.rank());
+  int64_t outer = 1, inner = 1, len = X.dim(axis);
+  for (int d = 0; d < axis; ++d) outer *= X.dim(d);
+  for (int d = axis + 1; d < X.rank(); ++d) inner *= X.dim(d);
+  Tensor& Y = ctx.output(0, X.dtype(), X.shape());
+  if (!visit_numeric(X.dtype(), [&]<class T>() {
+        const T* x = X.data<T>();
+        T* y = Y.data<T>();
+        using Acc = std::conditional_t<std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>, float, T>;
+        for (int64_t o = 0; o < outer; ++o)
+          for (int64_t in = 0; in < inner; ++in) {
+            Acc acc = Acc(1);
+            for (int64_t k = 0; k < len; ++k) {
+              int64_t kk = reverse ? len - 1 - k : k;
+              int64_t idx = (o * len + kk) * inner + in;
+              if (exclusive) {
+                y[idx] = T(acc);
+                acc = Acc(acc * Acc(x[idx]));
+              } else {
+                acc = Acc(acc * Acc(x[idx]));
+                y[idx] = T(acc);
+              }
+            }
+          }
+      }))
+    unsupported_dtype(ctx, 0, X.dtype());
+}
+
+// ------------------------------------------------------------------------------------------
+// TensorScatter
+// ------------------------------------------------------------------------------------------
+void tensor_scatter_compute(KernelContext& ctx, bool circular, int64_t axis_attr) {
+  const Tensor& C = ctx.input(0);
+  const Tensor& U = ctx.input(1);
+  if (U.dtype() != C.dtype()) ctx.fail(ErrorCode::InvalidArgument, "update must have the type of past_cache");
+  const int r = C.rank();
+  if (r < 2) ctx.fail(ErrorCode::InvalidArgument, "past_cache must have rank >= 2, got " + shp(C.shape()));
+  if (U.rank() != r) ctx.fail(ErrorCode::InvalidArgument, "update rank must match past_cache rank");
+  int axis = normalize_axis(ctx, axis_attr, r);
+  if (axis == 0) ctx.fail(ErrorCode::InvalidArgument, "axis must not be the batch axis 0");
+  for (int d = 0; d < r; ++d) {
+    if (d != axis && U.dim(d) != C.dim(d))
+      ctx.fail(ErrorCode::InvalidArgument, "update shape " + shp(U.shape()) + " does not match past_cache shape " + shp(C.shape()) + " outside the axis");
+    if (d == axis && U.dim(d) > C.dim(d))
+      ctx.fail(ErrorCode::InvalidArgument, "update shape " + shp(U.shape()) + " is longer than past_cache shape " + shp(C.shape()) + " along the axis");
+  }
+  const int64_t B = C.dim(0);
+  std::vector<int64_t> wi(size_t(B), 0);
+  if (ctx.has_input(2)) {
+    const Tensor& W = ctx.input(2);
+    if (W.dtype() != DType::Int64 && W.dtype() != DType::Int32) unsupported_dtype(ctx, 2, W.dtype());
+    if (W.numel() != B) ctx.fail(ErrorCode::InvalidArgument, "write_indices must have batch_size elements, got " + shp(W.shape()));
+    wi = W.to_int64_vector();
+  }
+  const int64_t maxlen = C.dim(axis), seqlen = U.dim(axis);
+  int64_t mid = 1, inner = 1;  // dims between batch and axis; dims after axis
+  for (int d = 1; d < axis; ++d) mid *= C.dim(d);
+  for (int d = axis + 1; d < r; ++d) inner *= C.dim(d);
+  for (int64_t b = 0; b < B; ++b) {
+    int64_t w = wi[size_t(b)];
+    if (seqlen == 0) continue;
+    if (w < 0 || (!circular && w + seqlen > maxlen) || (circular && w >= maxlen && maxlen > 0) || maxlen == 0)
+      ctx.fail(ErrorCode::InvalidArgument, "write index " + std::to_string(w) + " with " + std::to_string(seqlen) + " updates is out of range for axis length " + std::to_string(maxlen));
+  }
+  Tensor& Y = ctx.output(0, C.dtype(), C.shape());
+  if (!visit_all(C.dtype(), [&]<class T>() {
+        const T* c = C.data<T>();
+        const T* u = U.data<T>();
+        T* y = Y.data<T>();
+        for (int64_t i = 0; i < C.numel(); ++i) y[i] = c[i];
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t m = 0; m < mid; ++m)
+            for (int64_t s = 0; s < seqlen; ++s) {
+              int64_t ci = wi[size_t(b)] + s;
+              if (circular) ci %= maxlen;
+              const T* src = u + ((b * mid + m) * seqlen + s) * inner;
+              T* dst = y + ((b * mid + m) * maxlen + ci) * inner;
+              for (int64_t k = 0; k < inner; ++k) dst[k] = src[k];
+            }
+      }))
+    unsupported_dtype(ctx, 0, C.dtype());
+}
+
+}  // namespace
+
+void register_attention_ops(OpRegistry& r) {
+  r.add("Attention", 23, attention_factory());
+
+  r.add("RotaryEmbedding", 23, [](const Node& n) {
+    bool interleaved = n.attr_int("interleaved", 0) != 0;
+    int64_t num_heads = n.attr_int("num_heads", 0);
+    int64_t rd = n.attr_int("rotary_embedding_dim", 0);
+    if (num_heads < 0 || rd < 0) n.fail(ErrorCode::InvalidModel, "num_heads and rotary_embedding_dim must be >= 0");
+    return kernel([=](KernelContext& ctx) { rotary_compute(ctx, interleaved, num_heads, rd); });
+  });
+
+  r.add("CumProd", 26, [](const Node& n) {
+    bool exclusive = n.attr_int("exclusive", 0) != 0, reverse = n.attr_int("reverse", 0) != 0;
+    return kernel([=](KernelContext& ctx) { cumprod_compute(ctx, exclusive, reverse); });
+  });
+
+  r.add("BitCast", 26, [](const Node& n) {
+    int64_t to = n.attr_int("to");
+    if (!dtype_is_known(int32_t(to)) || to == int64_t(DType::Undefined)) n.fail(ErrorCode::InvalidModel, "unknown target type " + std::to_string(to));
+    DType target = DType(int32_t(to));
+    if (target == DType::String) n.fail(ErrorCode::InvalidModel, "BitCast to string is not allowed");
+    if (dtype_file_bits(target) < 8) n.fail(ErrorCode::Unsupported, std::string("BitCast to sub-byte type ") + dtype_name(target) + " is not supported");
+    return kernel([target](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      DType src = X.dtype();
+      if (src == DType::String || dtype_file_bits(src) < 8) unsupported_dtype(ctx, 0, src);
+      if (dtype_size(src) != dtype_size(target))
+        ctx.fail(ErrorCode::InvalidArgument, std::string("BitCast needs types of the same size: ") + dtype_name(src) + " (" + std::to_string(8 * dtype_size(src)) + " bits) to " + dtype_name(target) + " (" + std::to_string(8 * dtype_size(target)) + " bits)");
+      Tensor& Y = ctx.output(0, target, X.shape());
+      if (X.nbytes()) std::memcpy(Y.raw(), X.raw(), X.nbytes());
+      if (target == DType::Bool) {  // keep bool storage canonical (0/1)
+        auto* p = static_cast<uint8_t*>(Y.raw());
+        for (int64_t i = 0; i < Y.numel(); ++i) p[i] = p[i] != 0;
+      }
+    });
+  });
+
+  r.add("TensorScatter", 24, [](const Node& n) {
+    std::string mode = n.attr_string("mode", "linear");
+    if (mode != "linear" && mode != "circular") n.fail(ErrorCode::InvalidModel, "mode must be 'linear' or 'circular', got '" + mode + "'");
+    int64_t axis = n.attr_int("axis", -2);
+    bool circular = mode == "circular";
+    return kernel([=](KernelContext& ctx) { tensor_scatter_compute(ctx, circular, axis); });
+  });
+}
 
 }  // namespace basalt

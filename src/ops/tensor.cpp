@@ -687,7 +687,7 @@ void register_tensor_ops(OpRegistry& r) {
       if (num_outputs < 1) n.fail(ErrorCode::InvalidModel, "num_outputs must be positive, got " + std::to_string(num_outputs));
     }
     return kernel([axis, num_outputs](KernelContext& ctx) {
-      if (ctx.has_input(1)) {
+      if (ctx.has_input(1) && ctx.input(1).numel() > 0) {  // an empty split tensor means "not given"
         if (num_outputs > 0) ctx.fail(ErrorCode::InvalidModel, "both the split input and the num_outputs attribute are given");
         do_split(ctx, int(axis), int_input(ctx, 1, "split"), true, 0);
       } else {

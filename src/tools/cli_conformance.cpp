@@ -87,7 +87,7 @@ std::string run_test(const fs::path& dir) {
       if (!fs::exists(p)) break;
       const IoInfo* io = k < required.size() ? required[k] : (k < ins.size() ? &ins[k] : nullptr);
       if (!io) return "test has more inputs than the model";
-      Value v = read_pb_value(p.string(), io->kind);
+      Value v = read_pb_value(p.string(), io->kind, io->dtype);
       if (io->kind == "optional" && v.is_none()) continue;  // empty optional: leave unset
       feeds.emplace_back(io->name, std::move(v));
     }
@@ -95,7 +95,7 @@ std::string run_test(const fs::path& dir) {
     for (size_t o = 0; o < outs.size(); ++o) {
       fs::path p = set / ("output_" + std::to_string(o) + ".pb");
       if (!fs::exists(p)) continue;
-      Value want = read_pb_value(p.string(), session->outputs()[o].kind);
+      Value want = read_pb_value(p.string(), session->outputs()[o].kind, session->outputs()[o].dtype);
       std::string diff = compare_values(outs[o], want, 1e-3, 1e-7);
       if (!diff.empty())
         return set.filename().string() + " output '" + session->outputs()[o].name + "': " + diff;

@@ -5,6 +5,7 @@
 #include "onnx/tensor_proto.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 namespace basalt {
@@ -27,7 +28,23 @@ static Value from_optional(const pb::OptionalProto& o, const std::string& what) 
   return Value();
 }
 
-Value read_pb_value(const std::string& path, const std::string& kind) {
+static Value fix_type(Value v, DType expect) {
+  if (v.is_tensor() && expect == DType::BFloat16 && v.tensor.dtype() == DType::Uint16) {
+    Tensor t = v.tensor;
+    Tensor b(DType::BFloat16, t.shape());
+    if (t.nbytes()) std::memcpy(b.raw(), t.raw(), t.nbytes());
+    return Value(b);
+  }
+  return v;
+}
+
+static Value read_pb_value_raw(const std::string& path, const std::string& kind);
+
+Value read_pb_value(const std::string& path, const std::string& kind, DType expect) {
+  return fix_type(read_pb_value_raw(path, kind), expect);
+}
+
+static Value read_pb_value_raw(const std::string& path, const std::string& kind) {
   auto f = MappedFile::open(path);
   if (kind == "sequence") return from_sequence(pb::parse_sequence(f->data(), f->size()), path);
   if (kind == "optional") {

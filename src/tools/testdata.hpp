@@ -9,7 +9,9 @@ namespace basalt {
 
 // Reads a .pb holding a TensorProto, SequenceProto or OptionalProto, as `kind` says
 // ("tensor", "sequence", "optional"; anything else = tensor).
-Value read_pb_value(const std::string& path, const std::string& kind);
+// `expect`: the model's declared element type; old test data stores bfloat16 as uint16, which
+// is reinterpreted when the model expects bfloat16.
+Value read_pb_value(const std::string& path, const std::string& kind, DType expect = DType::Undefined);
 
 // Compares like the ONNX backend runner: same dtype and shape; floats allclose(rtol, atol)
 // with NaN == NaN and matching infinities; integers, bools and strings exactly.
