@@ -5,6 +5,7 @@ set -euo pipefail
 PKGS=(
   g++ cmake ninja-build pkg-config          # toolchain
   libgtest-dev                              # unit tests
+  libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev  # ImageDecoder codecs
   nlohmann-json3-dev                        # JSON output of the CLI (conformance --json, outputs.json)
   python3-numpy python3-onnx python3-pytest # building test models, parity checks (Debian's /usr/bin/python3)
   libonnx-testdata                          # ONNX conformance data (932 node tests, opset <= 17)

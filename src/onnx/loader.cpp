@@ -1,5 +1,6 @@
 // ONNX importer: ModelProto -> Graph with kernels. Translates and checks; does no math.
 #include "core/mapped_file.hpp"
+#include "onnx/gradient.hpp"
 #include "onnx/proto.hpp"
 #include "onnx/tensor_proto.hpp"
 #include "ops/kernel.hpp"
@@ -265,6 +266,7 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
   std::vector<pb::NodeProto> pnodes = gp.node;
   int counter = 0;
   inline_functions(pnodes, cx, 0, counter);
+  expand_gradient_nodes(pnodes, cx.opsets.count("") ? cx.opsets.at("") : 1);
   std::vector<std::string> node_names(pnodes.size());
   std::set<std::string> used_names;
   for (size_t i = 0; i < pnodes.size(); ++i) {

@@ -527,10 +527,17 @@ void register_activation_ops(OpRegistry& r) {
   });
 
   // ---- PRelu: slope broadcasts (unidirectionally) to X. ----
-  add_versions(r, "PRelu", {1, 6, 7, 9, 16}, [](const Node&) {
-    return kernel([](KernelContext& ctx) {
+  add_versions(r, "PRelu", {1, 6, 7, 9, 16}, [](const Node& n) {
+    // Before opset 7, a 1-D slope of size C applies per channel (axis 1), as PyTorch exported it.
+    bool legacy = n.opset < 7;
+    return kernel([legacy](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
-      const Tensor& s = ctx.input(1);
+      Tensor s = ctx.input(1);
+      if (legacy && s.rank() == 1 && x.rank() >= 2 && s.dim(0) == x.dim(1) && s.dim(0) != 1) {
+        Shape ss(size_t(x.rank() - 1), 1);
+        ss[0] = s.dim(0);
+        s = s.reshaped(ss);
+      }
       if (s.dtype() != x.dtype())
         ctx.fail(ErrorCode::InvalidArgument, std::string("slope type ") + dtype_name(s.dtype()) + " differs from input type " + dtype_name(x.dtype()));
       Shape out = broadcast_shapes(ctx, x.shape(), s.shape());

@@ -1,5 +1,7 @@
 // Reference kernels: attention-family and other recent ops.
-//   Attention (23, 24), RotaryEmbedding (23), CumProd, BitCast, TensorScatter.
+//   Attention (23, 24), RotaryEmbedding (23), CumProd (26), BitCast (26), SwiGLU (28),
+//   LinearAttention (27), ai.onnx.preview FlexAttention (1).
+//   (TensorScatter lives in indexing.cpp.)
 //
 // Float kernels compute in double and round intermediate results to the element type at the
 // points where the ONNX definition produces an intermediate tensor of that type, so float16
@@ -237,7 +239,7 @@ void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
   std::vector<double> y(size_t(B * Hq * Sq * Dv));
   const bool want_qk = ctx.has_output(3);
   std::vector<double> qk(want_qk ? size_t(B * Hq * Sq * T) : 0);
-  std::vector<double> raw(size_t(T)), biased(size_t(T)), p(size_t(T));
+  std::vector<double> raw(static_cast<size_t>(T)), biased(static_cast<size_t>(T)), p(static_cast<size_t>(T));
 
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h) {
@@ -277,13 +279,17 @@ void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
           p[size_t(j)] = round_to(smt, biased[size_t(j)]);
           mx = std::max(mx, p[size_t(j)]);
         }
+        // A fully masked row (every score -inf) attends to nothing: its probabilities are 0.
+        const bool empty_row = mx == -kInf;
         double sum = 0;
-        for (int64_t j = 0; j < T; ++j) {
+        if (empty_row) std::fill(p.begin(), p.end(), 0.0);
+        else for (int64_t j = 0; j < T; ++j) {
           p[size_t(j)] = round_to(smt, std::exp(round_to(smt, p[size_t(j)] - mx)));
           sum += p[size_t(j)];
         }
         sum = round_to(smt, sum);
-        for (int64_t j = 0; j < T; ++j) p[size_t(j)] = round_to(smt, p[size_t(j)] / sum);
+        if (!empty_row)
+          for (int64_t j = 0; j < T; ++j) p[size_t(j)] = round_to(smt, p[size_t(j)] / sum);
         if (want_qk) {
           double* o = &qk[size_t(((b * Hq + h) * Sq + i) * T)];
           for (int64_t j = 0; j < T; ++j) {
@@ -364,6 +370,7 @@ void rotary_compute(KernelContext& ctx, bool interleaved, int64_t num_heads, int
   if (rd > Dh || rd % 2) ctx.fail(ErrorCode::InvalidArgument, "rotary_embedding_dim " + std::to_string(rd) + " must be even and <= head size " + std::to_string(Dh));
   const int64_t half = rd / 2;
   std::vector<int64_t> pos;
+  bool shared_rows = false;
   if (ctx.has_input(3)) {
     const Tensor& Pi = ctx.input(3);
     if (Pi.dtype() != DType::Int64 && Pi.dtype() != DType::Int32) unsupported_dtype(ctx, 3, Pi.dtype());
@@ -375,13 +382,17 @@ void rotary_compute(KernelContext& ctx, bool interleaved, int64_t num_heads, int
     for (int64_t p : pos)
       if (p < 0 || p >= C.dim(0)) ctx.fail(ErrorCode::InvalidArgument, "position id " + std::to_string(p) + " is out of range [0, " + std::to_string(C.dim(0)) + ")");
   } else {
-    if (C.rank() != 3 || C.dim(0) != B || C.dim(1) != Sl || C.dim(2) != half)
+    // [batch, seq, rd/2], or [seq, rd/2] shared by every batch entry.
+    bool ok3 = C.rank() == 3 && C.dim(0) == B && C.dim(1) == Sl && C.dim(2) == half;
+    bool ok2 = C.rank() == 2 && C.dim(0) == Sl && C.dim(1) == half;
+    if (!ok3 && !ok2)
       ctx.fail(ErrorCode::InvalidArgument, "cos_cache shape " + shp(C.shape()) + " must be [batch, seq, " + std::to_string(half) + "] without position_ids");
+    shared_rows = ok2 && !ok3;
   }
   std::vector<double> x = to_doubles(X), c = to_doubles(C), s = to_doubles(S), y(x.size());
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < Sl; ++t) {
-      int64_t row = pos.empty() ? (b * Sl + t) : pos[size_t(b * Sl + t)];
+      int64_t row = !pos.empty() ? pos[size_t(b * Sl + t)] : shared_rows ? t : (b * Sl + t);
       const double* cr = &c[size_t(row * half)];
       const double* sr = &s[size_t(row * half)];
       for (int64_t h = 0; h < H; ++h) {
@@ -439,58 +450,233 @@ void cumprod_compute(KernelContext& ctx, bool exclusive, bool reverse) {
 }
 
 // ------------------------------------------------------------------------------------------
-// TensorScatter
+// SwiGLU: y = a * sigmoid(alpha * a) * b (broadcasting a and b)
 // ------------------------------------------------------------------------------------------
-void tensor_scatter_compute(KernelContext& ctx, bool circular, int64_t axis_attr) {
-  const Tensor& C = ctx.input(0);
-  const Tensor& U = ctx.input(1);
-  if (U.dtype() != C.dtype()) ctx.fail(ErrorCode::InvalidArgument, "update must have the type of past_cache");
-  const int r = C.rank();
-  if (r < 2) ctx.fail(ErrorCode::InvalidArgument, "past_cache must have rank >= 2, got " + shp(C.shape()));
-  if (U.rank() != r) ctx.fail(ErrorCode::InvalidArgument, "update rank must match past_cache rank");
-  int axis = normalize_axis(ctx, axis_attr, r);
-  if (axis == 0) ctx.fail(ErrorCode::InvalidArgument, "axis must not be the batch axis 0");
-  for (int d = 0; d < r; ++d) {
-    if (d != axis && U.dim(d) != C.dim(d))
-      ctx.fail(ErrorCode::InvalidArgument, "update shape " + shp(U.shape()) + " does not match past_cache shape " + shp(C.shape()) + " outside the axis");
-    if (d == axis && U.dim(d) > C.dim(d))
-      ctx.fail(ErrorCode::InvalidArgument, "update shape " + shp(U.shape()) + " is longer than past_cache shape " + shp(C.shape()) + " along the axis");
+void swiglu_compute(KernelContext& ctx, double alpha) {
+  const Tensor& A = ctx.input(0);
+  const Tensor& Bt = ctx.input(1);
+  const DType dt = A.dtype();
+  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (Bt.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "inputs a and b must have the same type");
+  Shape out = broadcast_shapes(ctx, A.shape(), Bt.shape());
+  std::vector<int64_t> st[2] = {broadcast_strides(A.shape(), out), broadcast_strides(Bt.shape(), out)};
+  std::vector<double> a = to_doubles(A), b = to_doubles(Bt), y(size_t(shape_numel(out)));
+  const double al = round_to(dt, alpha);
+  for_each_broadcast(out, st, [&](int64_t i, const int64_t* off) {
+    double x = a[size_t(off[0])];
+    // Rounded to the element type after each step, as the definition evaluates it.
+    double e = round_to(dt, std::exp(round_to(dt, -al * x)));
+    double sig = round_to(dt, 1.0 / round_to(dt, 1.0 + e));
+    y[size_t(i)] = round_to(dt, round_to(dt, x * sig) * b[size_t(off[1])]);
+  });
+  Tensor& Y = ctx.output(0, dt, out);
+  from_doubles(Y, y);
+}
+
+// ------------------------------------------------------------------------------------------
+// LinearAttention (27): recurrent linear attention with linear / gated / delta / gated_delta
+// update rules; packed [B, T, H*D] activations, state [B, H_kv, d_k, d_v].
+// ------------------------------------------------------------------------------------------
+struct LinearAttentionAttrs {
+  int64_t q_heads = 0, kv_heads = 0;
+  double scale = 0;
+  bool gating = false, delta = false;
+};
+
+void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a) {
+  const Tensor& Q = ctx.input(0);
+  const Tensor& K = ctx.input(1);
+  const Tensor& V = ctx.input(2);
+  const DType dt = Q.dtype();
+  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (K.dtype() != dt || V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "query, key and value must have the same type");
+  if (Q.rank() != 3 || K.rank() != 3 || V.rank() != 3)
+    ctx.fail(ErrorCode::InvalidArgument, "query, key and value must be 3-D [batch, seq, heads*dim]; got " + shp(Q.shape()) + ", " + shp(K.shape()) + ", " + shp(V.shape()));
+  const int64_t B = Q.dim(0), T = Q.dim(1), Hq = a.q_heads, Hkv = a.kv_heads;
+  if (K.dim(0) != B || V.dim(0) != B || K.dim(1) != T || V.dim(1) != T)
+    ctx.fail(ErrorCode::InvalidArgument, "query, key and value must agree on batch and sequence sizes");
+  if (Q.dim(2) % Hq || K.dim(2) % Hkv || V.dim(2) % Hkv)
+    ctx.fail(ErrorCode::InvalidArgument, "hidden sizes must be divisible by the head counts");
+  const int64_t dk = Q.dim(2) / Hq, dv = V.dim(2) / Hkv;
+  if (K.dim(2) / Hkv != dk) ctx.fail(ErrorCode::InvalidArgument, "key head size " + std::to_string(K.dim(2) / Hkv) + " differs from query head size " + std::to_string(dk));
+  const int64_t group = Hq / Hkv;
+
+  // Optional inputs: past_state (3), decay (4), beta (5), erase_gate (6).
+  const bool has_decay = ctx.has_input(4), has_beta = ctx.has_input(5), has_erase = ctx.has_input(6);
+  if (a.gating && !has_decay) ctx.fail(ErrorCode::InvalidArgument, "this update_rule needs the decay input");
+  if (!a.gating && has_decay) ctx.fail(ErrorCode::InvalidArgument, "this update_rule does not take a decay input");
+  if (a.delta && !has_beta) ctx.fail(ErrorCode::InvalidArgument, "this update_rule needs the beta input");
+  if (!a.delta && has_beta) ctx.fail(ErrorCode::InvalidArgument, "this update_rule does not take a beta input");
+  if (!a.delta && has_erase) ctx.fail(ErrorCode::InvalidArgument, "this update_rule does not take an erase_gate input");
+
+  std::vector<double> state(size_t(B * Hkv * dk * dv), 0.0);
+  DType state_type = dt;
+  if (ctx.has_input(3)) {
+    const Tensor& S = ctx.input(3);
+    if (!is_float_type(S.dtype())) unsupported_dtype(ctx, 3, S.dtype());
+    if (S.shape() != Shape{B, Hkv, dk, dv})
+      ctx.fail(ErrorCode::InvalidArgument, "past_state shape " + shp(S.shape()) + " must be [" + std::to_string(B) + "," + std::to_string(Hkv) + "," + std::to_string(dk) + "," + std::to_string(dv) + "]");
+    state = to_doubles(S);
+    state_type = S.dtype();
   }
-  const int64_t B = C.dim(0);
-  std::vector<int64_t> wi(size_t(B), 0);
-  if (ctx.has_input(2)) {
-    const Tensor& W = ctx.input(2);
-    if (W.dtype() != DType::Int64 && W.dtype() != DType::Int32) unsupported_dtype(ctx, 2, W.dtype());
-    if (W.numel() != B) ctx.fail(ErrorCode::InvalidArgument, "write_indices must have batch_size elements, got " + shp(W.shape()));
-    wi = W.to_int64_vector();
+  std::vector<double> decay, beta, erase;
+  int64_t decay_w = 0, beta_w = 0;
+  if (has_decay) {
+    const Tensor& G = ctx.input(4);
+    if (!is_float_type(G.dtype())) unsupported_dtype(ctx, 4, G.dtype());
+    if (G.rank() != 3 || G.dim(0) != B || G.dim(1) != T || (G.dim(2) != Hkv && G.dim(2) != Hkv * dk))
+      ctx.fail(ErrorCode::InvalidArgument, "decay shape " + shp(G.shape()) + " must be [batch, seq, kv_heads] or [batch, seq, kv_heads*head_size]");
+    decay_w = G.dim(2) == Hkv * dk ? dk : 1;
+    decay = to_doubles(G);
   }
-  const int64_t maxlen = C.dim(axis), seqlen = U.dim(axis);
-  int64_t mid = 1, inner = 1;  // dims between batch and axis; dims after axis
-  for (int d = 1; d < axis; ++d) mid *= C.dim(d);
-  for (int d = axis + 1; d < r; ++d) inner *= C.dim(d);
-  for (int64_t b = 0; b < B; ++b) {
-    int64_t w = wi[size_t(b)];
-    if (seqlen == 0) continue;
-    if (w < 0 || (!circular && w + seqlen > maxlen) || (circular && w >= maxlen && maxlen > 0) || maxlen == 0)
-      ctx.fail(ErrorCode::InvalidArgument, "write index " + std::to_string(w) + " with " + std::to_string(seqlen) + " updates is out of range for axis length " + std::to_string(maxlen));
+  if (has_beta) {
+    const Tensor& Bb = ctx.input(5);
+    if (!is_float_type(Bb.dtype())) unsupported_dtype(ctx, 5, Bb.dtype());
+    if (Bb.rank() != 3 || Bb.dim(0) != B || Bb.dim(1) != T || (Bb.dim(2) != Hkv && Bb.dim(2) != 1))
+      ctx.fail(ErrorCode::InvalidArgument, "beta shape " + shp(Bb.shape()) + " must be [batch, seq, kv_heads] or [batch, seq, 1]");
+    beta_w = Bb.dim(2);
+    beta = to_doubles(Bb);
   }
-  Tensor& Y = ctx.output(0, C.dtype(), C.shape());
-  if (!visit_all(C.dtype(), [&]<class T>() {
-        const T* c = C.data<T>();
-        const T* u = U.data<T>();
-        T* y = Y.data<T>();
-        for (int64_t i = 0; i < C.numel(); ++i) y[i] = c[i];
-        for (int64_t b = 0; b < B; ++b)
-          for (int64_t m = 0; m < mid; ++m)
-            for (int64_t s = 0; s < seqlen; ++s) {
-              int64_t ci = wi[size_t(b)] + s;
-              if (circular) ci %= maxlen;
-              const T* src = u + ((b * mid + m) * seqlen + s) * inner;
-              T* dst = y + ((b * mid + m) * maxlen + ci) * inner;
-              for (int64_t k = 0; k < inner; ++k) dst[k] = src[k];
-            }
-      }))
-    unsupported_dtype(ctx, 0, C.dtype());
+  if (has_erase) {
+    const Tensor& E = ctx.input(6);
+    if (!is_float_type(E.dtype())) unsupported_dtype(ctx, 6, E.dtype());
+    if (E.rank() != 3 || E.dim(0) != B || E.dim(1) != T || E.dim(2) != Hkv * dk)
+      ctx.fail(ErrorCode::InvalidArgument, "erase_gate shape " + shp(E.shape()) + " must be [batch, seq, kv_heads*head_size]");
+    erase = to_doubles(E);
+  }
+  const double scale = a.scale != 0 ? a.scale : 1.0 / std::sqrt(double(dk));
+  std::vector<double> q = to_doubles(Q), k = to_doubles(K), v = to_doubles(V);
+  std::vector<double> y(static_cast<size_t>(B * T * Hq * dv), 0.0), vt(static_cast<size_t>(dv)), ke(static_cast<size_t>(dk));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < Hkv; ++h) {
+        double* S = &state[size_t((b * Hkv + h) * dk * dv)];
+        const double* kt = &k[size_t((b * T + t) * Hkv * dk + h * dk)];
+        const double* vin = &v[size_t((b * T + t) * Hkv * dv + h * dv)];
+        if (a.gating) {
+          for (int64_t i = 0; i < dk; ++i) {
+            double g = decay[size_t((b * T + t) * Hkv * decay_w + h * decay_w + (decay_w == 1 ? 0 : i))];
+            double e = std::exp(g);
+            for (int64_t m = 0; m < dv; ++m) S[i * dv + m] *= e;
+          }
+        }
+        for (int64_t m = 0; m < dv; ++m) vt[size_t(m)] = vin[m];
+        if (a.delta) {
+          for (int64_t i = 0; i < dk; ++i)
+            ke[size_t(i)] = has_erase ? erase[size_t((b * T + t) * Hkv * dk + h * dk + i)] * kt[i] : kt[i];
+          double bt = beta[size_t((b * T + t) * beta_w + (beta_w == 1 ? 0 : h))];
+          for (int64_t m = 0; m < dv; ++m) {
+            double r = 0;
+            for (int64_t i = 0; i < dk; ++i) r += S[i * dv + m] * ke[size_t(i)];
+            vt[size_t(m)] = bt * (vt[size_t(m)] - r);
+          }
+        }
+        for (int64_t i = 0; i < dk; ++i)
+          for (int64_t m = 0; m < dv; ++m) S[i * dv + m] += kt[i] * vt[size_t(m)];
+      }
+      for (int64_t h = 0; h < Hq; ++h) {
+        const double* S = &state[size_t((b * Hkv + h / group) * dk * dv)];
+        const double* qt = &q[size_t((b * T + t) * Hq * dk + h * dk)];
+        double* o = &y[size_t((b * T + t) * Hq * dv + h * dv)];
+        for (int64_t m = 0; m < dv; ++m) {
+          double r = 0;
+          for (int64_t i = 0; i < dk; ++i) r += qt[i] * S[i * dv + m];
+          o[m] = scale * r;
+        }
+      }
+    }
+  Tensor& Y = ctx.output(0, dt, {B, T, Hq * dv});
+  from_doubles(Y, y);
+  if (ctx.has_output(1)) {
+    Tensor& P = ctx.output(1, state_type, {B, Hkv, dk, dv});
+    from_doubles(P, state);
+  }
+}
+
+
+// ------------------------------------------------------------------------------------------
+// FlexAttention (ai.onnx.preview 1): scaled dot-product attention over 4-D inputs with
+// optional score_mod / prob_mod subgraphs applied to the whole [B, Hq, L, S] tensor.
+// ------------------------------------------------------------------------------------------
+struct FlexAttrs {
+  bool has_scale = false;
+  double scale = 0;
+  DType softmax_type = DType::Undefined;
+  std::shared_ptr<Graph> score_mod, prob_mod;
+};
+
+// Runs a modifier subgraph on a [B, H, L, S] tensor held as doubles (type dt).
+void run_modifier(KernelContext& ctx, const Graph& g, const char* what, DType dt, const Shape& shape, std::vector<double>& x) {
+  Tensor t(dt, shape);
+  from_doubles(t, x);
+  std::vector<Value> in{Value(t)};
+  std::vector<Value> out = ctx.run_subgraph(g, in);
+  if (out.size() != 1 || !out[0].is_tensor()) ctx.fail(ErrorCode::InvalidModel, std::string(what) + " must produce one tensor");
+  const Tensor& r = out[0].tensor;
+  if (r.shape() != shape) ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " output shape " + shp(r.shape()) + " must equal its input shape " + shp(shape));
+  if (r.dtype() == DType::String || !visit_numeric_bool(r.dtype(), []<class T>() {})) unsupported_dtype(ctx, 0, r.dtype());
+  x = to_doubles(r);
+}
+
+void flex_attention_compute(KernelContext& ctx, const FlexAttrs& a) {
+  const Tensor& Q = ctx.input(0);
+  const Tensor& K = ctx.input(1);
+  const Tensor& V = ctx.input(2);
+  const DType dt = Q.dtype();
+  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (K.dtype() != dt || V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must have the same type");
+  if (Q.rank() != 4 || K.rank() != 4 || V.rank() != 4)
+    ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must be 4-D; got " + shp(Q.shape()) + ", " + shp(K.shape()) + ", " + shp(V.shape()));
+  const int64_t B = Q.dim(0), Hq = Q.dim(1), L = Q.dim(2), D = Q.dim(3), Hkv = K.dim(1), S = K.dim(2), Dv = V.dim(3);
+  if (K.dim(0) != B || K.dim(3) != D) ctx.fail(ErrorCode::InvalidArgument, "K shape " + shp(K.shape()) + " does not match Q shape " + shp(Q.shape()));
+  if (V.dim(0) != B || V.dim(1) != Hkv || V.dim(2) != S) ctx.fail(ErrorCode::InvalidArgument, "V shape " + shp(V.shape()) + " does not match K shape " + shp(K.shape()));
+  if (Hkv <= 0 || Hq % Hkv) ctx.fail(ErrorCode::InvalidArgument, "q_num_heads (" + std::to_string(Hq) + ") must be a multiple of kv_num_heads (" + std::to_string(Hkv) + ")");
+  const int64_t group = Hq / Hkv;
+  const DType smt = a.softmax_type != DType::Undefined ? a.softmax_type : (dt == DType::Double ? DType::Double : DType::Float);
+  const double scale = a.has_scale ? a.scale : round_to(DType::Float, 1.0 / std::sqrt(double(D)));
+  const double sq = round_to(dt, round_to(DType::Float, std::sqrt(scale)));
+  std::vector<double> q = to_doubles(Q), k = to_doubles(K), v = to_doubles(V);
+  for (double& x : q) x = round_to(dt, x * sq);
+  for (double& x : k) x = round_to(dt, x * sq);
+  const Shape sshape{B, Hq, L, S};
+  std::vector<double> sc(size_t(B * Hq * L * S));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < L; ++i)
+        for (int64_t j = 0; j < S; ++j) {
+          const double* qr = &q[size_t(((b * Hq + h) * L + i) * D)];
+          const double* kr = &k[size_t(((b * Hkv + h / group) * S + j) * D)];
+          double acc = 0;
+          for (int64_t d = 0; d < D; ++d) acc += qr[d] * kr[d];
+          sc[size_t(((b * Hq + h) * L + i) * S + j)] = round_to(smt, round_to(dt, acc));
+        }
+  if (a.score_mod) run_modifier(ctx, *a.score_mod, "score_mod", smt, sshape, sc);
+  for (int64_t r = 0; r < B * Hq * L; ++r) {
+    double* row = &sc[size_t(r * S)];
+    double mx = -kInf;
+    for (int64_t j = 0; j < S; ++j) mx = std::max(mx, row[j]);
+    double sum = 0;
+    for (int64_t j = 0; j < S; ++j) {
+      row[j] = round_to(smt, std::exp(round_to(smt, row[j] - mx)));
+      sum += row[j];
+    }
+    sum = round_to(smt, sum);
+    for (int64_t j = 0; j < S; ++j) row[j] = round_to(smt, row[j] / sum);
+  }
+  if (a.prob_mod) run_modifier(ctx, *a.prob_mod, "prob_mod", smt, sshape, sc);
+  std::vector<double> y(size_t(B * Hq * L * Dv));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = 0; i < L; ++i) {
+        const double* p = &sc[size_t(((b * Hq + h) * L + i) * S)];
+        for (int64_t d = 0; d < Dv; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < S; ++j) acc += p[j] * v[size_t(((b * Hkv + h / group) * S + j) * Dv + d)];
+          y[size_t(((b * Hq + h) * L + i) * Dv + d)] = round_to(dt, round_to(smt, acc));
+        }
+      }
+  Tensor& Y = ctx.output(0, dt, {B, Hq, L, Dv});
+  from_doubles(Y, y);
 }
 
 }  // namespace
@@ -532,12 +718,44 @@ void register_attention_ops(OpRegistry& r) {
     });
   });
 
-  r.add("TensorScatter", 24, [](const Node& n) {
-    std::string mode = n.attr_string("mode", "linear");
-    if (mode != "linear" && mode != "circular") n.fail(ErrorCode::InvalidModel, "mode must be 'linear' or 'circular', got '" + mode + "'");
-    int64_t axis = n.attr_int("axis", -2);
-    bool circular = mode == "circular";
-    return kernel([=](KernelContext& ctx) { tensor_scatter_compute(ctx, circular, axis); });
+  r.add("SwiGLU", 28, [](const Node& n) {
+    double alpha = n.attr_float("alpha", 1.0f);
+    return kernel([alpha](KernelContext& ctx) { swiglu_compute(ctx, alpha); });
+  });
+
+  r.add("LinearAttention", 27, [](const Node& n) {
+    LinearAttentionAttrs a;
+    a.q_heads = n.attr_int("q_num_heads");
+    a.kv_heads = n.attr_int("kv_num_heads");
+    if (a.q_heads <= 0 || a.kv_heads <= 0 || a.q_heads % a.kv_heads)
+      n.fail(ErrorCode::InvalidModel, "q_num_heads (" + std::to_string(a.q_heads) + ") must be a positive multiple of kv_num_heads (" + std::to_string(a.kv_heads) + ")");
+    a.scale = n.attr_float("scale", 0.0f);
+    std::string rule = n.attr_string("update_rule", "gated_delta");
+    if (rule != "linear" && rule != "gated" && rule != "delta" && rule != "gated_delta")
+      n.fail(ErrorCode::InvalidModel, "update_rule must be linear, gated, delta or gated_delta; got '" + rule + "'");
+    a.gating = rule == "gated" || rule == "gated_delta";
+    a.delta = rule == "delta" || rule == "gated_delta";
+    return kernel([a](KernelContext& ctx) { linear_attention_compute(ctx, a); });
+  });
+  r.add("ai.onnx.preview", "FlexAttention", 1, INT_MAX, [](const Node& n) {
+    FlexAttrs a;
+    a.has_scale = n.has_attr("scale");
+    if (a.has_scale) a.scale = n.attr_float("scale");
+    if (n.has_attr("softmax_precision")) {
+      int64_t sp = n.attr_int("softmax_precision");
+      DType t = dtype_is_known(int32_t(sp)) ? DType(int32_t(sp)) : DType::Undefined;
+      if (!is_float_type(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type, got " + std::to_string(sp));
+      a.softmax_type = t;
+    }
+    for (const auto& at : n.attrs)
+      if (at.name != "scale" && at.name != "softmax_precision" && at.name != "score_mod" && at.name != "prob_mod")
+        n.fail(ErrorCode::Unsupported, "attribute '" + at.name + "' is not supported");
+    if (n.has_attr("score_mod")) a.score_mod = n.attr_graph("score_mod");
+    if (n.has_attr("prob_mod")) a.prob_mod = n.attr_graph("prob_mod");
+    for (const auto* g : {a.score_mod.get(), a.prob_mod.get()})
+      if (g && (g->inputs.size() != 1 || g->outputs.size() != 1))
+        n.fail(ErrorCode::InvalidModel, "score_mod/prob_mod subgraphs must have exactly one input and one output");
+    return kernel([a](KernelContext& ctx) { flex_attention_compute(ctx, a); });
   });
 }
 

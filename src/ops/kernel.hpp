@@ -132,5 +132,6 @@ void register_controlflow_ops(OpRegistry& r);
 void register_sequence_ops(OpRegistry& r);
 void register_misc_ops(OpRegistry& r);
 void register_attention_ops(OpRegistry& r);
+void register_image_ops(OpRegistry& r);
 
 }  // namespace basalt

@@ -51,6 +51,30 @@ void register_misc_ops(OpRegistry& r) {
     return kernel([](KernelContext& ctx) { ctx.set_output(0, ctx.input_value(0)); });
   });
 
+  // basalt::SumToShape(G, Like): sums G over the axes along which Like was broadcast, giving
+  // Like's shape (used by the Gradient expansion to undo broadcasting).
+  r.add("basalt", "SumToShape", 1, INT_MAX, [](const Node&) {
+    return kernel([](KernelContext& ctx) {
+      const Tensor& g = ctx.input(0);
+      const Shape& ls = ctx.input(1).shape();
+      Shape full = broadcast_shapes(ctx, g.shape(), ls);
+      if (full != g.shape())
+        ctx.fail(ErrorCode::InvalidArgument, "shape " + shape_str(ls) + " does not broadcast to " + shape_str(g.shape()));
+      Tensor& y = ctx.output(0, g.dtype(), ls);
+      std::vector<int64_t> st[2] = {broadcast_strides(g.shape(), full), broadcast_strides(ls, full)};
+      if (!visit_float(g.dtype(), [&]<class T>() {
+            std::vector<double> acc(static_cast<size_t>(y.numel()), 0.0);
+            const T* a = g.data<T>();
+            for_each_broadcast(full, st, [&](int64_t, const int64_t* off) { acc[size_t(off[1])] += double(a[off[0]]); });
+            for (size_t i = 0; i < acc.size(); ++i) {
+              if constexpr (std::is_same_v<T, double>) y.data<T>()[i] = acc[i];
+              else y.data<T>()[i] = T(float(acc[i]));
+            }
+          }))
+        unsupported_dtype(ctx, 0, g.dtype());
+    });
+  });
+
   r.add(kTraining, "Adagrad", 1, INT_MAX, [](const Node& n) {
     double decay = n.attr_float("decay_factor", 0.0f), eps = n.attr_float("epsilon", 1e-6f),
            norm = n.attr_float("norm_coefficient", 0.0f);

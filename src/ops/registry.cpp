@@ -18,6 +18,7 @@ const OpRegistry& OpRegistry::instance() {
     register_sequence_ops(r);
     register_misc_ops(r);
     register_attention_ops(r);
+    register_image_ops(r);
     return r;
   }();
   return reg;
