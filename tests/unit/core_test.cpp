@@ -114,12 +114,7 @@ TEST(Session, MetadataAndInputChecks) {
 TEST(Session, ConcurrentRunsMatchSequential) {
   std::string path = std::string(kDebianNode) + "/test_loop11/model.onnx";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << "libonnx-testdata not installed";
-  std::unique_ptr<Session> s;
-  try {
-    s = Session::open(path);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "model not runnable yet: " << e.what();
-  }
+  auto s = Session::open(path);
   auto make = [&](int64_t trip) {
     std::vector<std::pair<std::string, Value>> feeds;
     feeds.emplace_back("trip_count", Value(Tensor::scalar<int64_t>(trip)));
@@ -129,18 +124,15 @@ TEST(Session, ConcurrentRunsMatchSequential) {
     feeds.emplace_back("y", Value(y));
     return feeds;
   };
+  // test_loop11's body slices one element per iteration from a 5-element tensor: 1..5 trips.
   std::vector<std::vector<Value>> ref;
-  try {
-    for (int k = 0; k < 8; ++k) ref.push_back(s->run(make(k + 1)));
-  } catch (const Error& e) {
-    GTEST_SKIP() << "model not runnable yet: " << e.what();
-  }
+  for (int k = 0; k < 5; ++k) ref.push_back(s->run(make(k + 1)));
   std::atomic<int> mismatches{0};
   std::vector<std::thread> th;
   for (int t = 0; t < 4; ++t)
     th.emplace_back([&, t] {
       for (int rep = 0; rep < 50; ++rep) {
-        int k = (rep + t) % 8;
+        int k = (rep + t) % 5;
         auto out = s->run(make(k + 1));
         for (size_t o = 0; o < out.size(); ++o) {
           const Tensor& a = out[o].tensor;
