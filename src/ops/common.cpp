@@ -32,7 +32,7 @@ std::vector<int64_t> broadcast_strides(const Shape& in, const Shape& out) {
 }
 
 int normalize_axis(const Node& node, int64_t axis, int rank) {
-  if (axis < -rank || axis >= rank && !(rank == 0 && axis == 0))
+  if (axis < -rank || (axis >= rank && !(rank == 0 && axis == 0)))
     node.fail(ErrorCode::InvalidArgument, "axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
   return int(axis < 0 ? axis + rank : axis);
 }
