@@ -1,7 +1,7 @@
 // Unit tests for the activation group's kernels (src/ops/activation.cpp): Cast corner cases
 // (float8/float4/e8m0 rounding and saturation, string formatting and parsing, sub-byte integer
 // wrapping) and validation errors the ONNX conformance data does not cover.
-#include "ops/kernel.hpp"
+#include "op_tester.hpp"
 
 #include <basalt/error.hpp>
 #include <gtest/gtest.h>
@@ -10,48 +10,13 @@
 #include <limits>
 
 using namespace basalt;
+using namespace basalt::test;
 
 namespace {
 
-Attribute act_attr_i(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Int;
-  a.i = v;
-  return a;
-}
-Attribute act_attr_s(const std::string& name, const std::string& v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::String;
-  a.s = v;
-  return a;
-}
-
-std::vector<Value> act_run(const std::string& op, int opset, std::vector<Attribute> attrs, std::vector<Value> inputs) {
-  Node n;
-  n.name = "t";
-  n.op_type = op;
-  n.opset = opset;
-  n.attrs = std::move(attrs);
-  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
-  n.outputs.push_back(100);
-  const KernelFactory* f = OpRegistry::instance().find("", op, opset);
-  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
-  n.kernel = (*f)(n);
-  std::vector<const Value*> ins;
-  for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
-  std::vector<Value> outs(1);
-  std::vector<const Value*> impl;
-  RunContext rc;
-  KernelContext ctx(n, ins, outs, impl, rc);
-  n.kernel->compute(ctx);
-  return outs;
-}
-
 Tensor cast(const Tensor& x, DType to, int opset = 25, std::vector<Attribute> extra = {}) {
-  extra.push_back(act_attr_i("to", int64_t(to)));
-  return act_run("Cast", opset, std::move(extra), {Value(x)})[0].tensor;
+  extra.push_back(attr("to", int64_t(to)));
+  return run_op("Cast", opset, {Value(x)}, std::move(extra))[0].tensor;
 }
 
 Tensor floats(std::vector<float> v) { return Tensor::from_vector<float>(v, {int64_t(v.size())}); }
@@ -71,7 +36,7 @@ TEST(ActivationCast, Float8E4M3FNRoundingAndSaturation) {
   Tensor x = floats({448, 464, 480, -kInf, kNaN, 0x1p-9f, 0x1p-10f, 0x1.8p-10f, -0.0f, 1.0f});
   EXPECT_EQ(bytes(cast(x, DType::Float8E4M3FN)),
             (std::vector<int>{0x7E, 0x7E, 0x7E, 0xFE, 0x7F, 0x01, 0x00, 0x01, 0x80, 0x38}));
-  auto ns = cast(x, DType::Float8E4M3FN, 25, {act_attr_i("saturate", 0)});
+  auto ns = cast(x, DType::Float8E4M3FN, 25, {attr("saturate", 0)});
   EXPECT_EQ(bytes(ns)[1], 0x7E);  // tie rounds to even (448)
   EXPECT_EQ(bytes(ns)[2], 0x7F);  // overflow -> NaN
   EXPECT_EQ(bytes(ns)[3], 0xFF);  // -inf -> NaN
@@ -80,13 +45,13 @@ TEST(ActivationCast, Float8E4M3FNRoundingAndSaturation) {
 TEST(ActivationCast, Float8FnuzHasNoNegativeZero) {
   Tensor x = floats({-0.0f, kNaN, 240, 1000, -1e-9f});
   EXPECT_EQ(bytes(cast(x, DType::Float8E4M3FNUZ)), (std::vector<int>{0x00, 0x80, 0x7F, 0x7F, 0x00}));
-  EXPECT_EQ(bytes(cast(x, DType::Float8E4M3FNUZ, 25, {act_attr_i("saturate", 0)}))[3], 0x80);
+  EXPECT_EQ(bytes(cast(x, DType::Float8E4M3FNUZ, 25, {attr("saturate", 0)}))[3], 0x80);
 }
 
 TEST(ActivationCast, Float8E5M2Infinity) {
   Tensor x = floats({57344, kInf, -kInf, 1e6f});
   EXPECT_EQ(bytes(cast(x, DType::Float8E5M2)), (std::vector<int>{0x7B, 0x7B, 0xFB, 0x7B}));
-  EXPECT_EQ(bytes(cast(x, DType::Float8E5M2, 25, {act_attr_i("saturate", 0)})), (std::vector<int>{0x7B, 0x7C, 0xFC, 0x7C}));
+  EXPECT_EQ(bytes(cast(x, DType::Float8E5M2, 25, {attr("saturate", 0)})), (std::vector<int>{0x7B, 0x7C, 0xFC, 0x7C}));
 }
 
 TEST(ActivationCast, Float8RoundTripsEveryCode) {
@@ -94,7 +59,7 @@ TEST(ActivationCast, Float8RoundTripsEveryCode) {
     Tensor codes(dt, {256});
     for (int i = 0; i < 256; ++i) codes.data<uint8_t>()[i] = uint8_t(i);
     Tensor f = cast(codes, DType::Float);
-    Tensor back = cast(f, dt, 25, {act_attr_i("saturate", 0)});
+    Tensor back = cast(f, dt, 25, {attr("saturate", 0)});
     for (int i = 0; i < 256; ++i) {
       if (std::isnan(f.data<float>()[i])) continue;
       EXPECT_EQ(back.data<uint8_t>()[i], i) << dtype_name(dt) << " value " << f.data<float>()[i];
@@ -118,11 +83,11 @@ TEST(ActivationCast, Float4E2M1) {
 TEST(ActivationCast, Float8E8M0RoundModes) {
   Tensor x = floats({1.0f, 3.0f, 2.5f, kNaN, kInf});
   EXPECT_EQ(bytes(cast(x, DType::Float8E8M0)), (std::vector<int>{127, 129, 129, 255, 254}));
-  EXPECT_EQ(bytes(cast(x, DType::Float8E8M0, 25, {act_attr_s("round_mode", "down")})),
+  EXPECT_EQ(bytes(cast(x, DType::Float8E8M0, 25, {attr("round_mode", "down")})),
             (std::vector<int>{127, 128, 128, 255, 254}));
-  EXPECT_EQ(bytes(cast(x, DType::Float8E8M0, 25, {act_attr_s("round_mode", "nearest")})),
+  EXPECT_EQ(bytes(cast(x, DType::Float8E8M0, 25, {attr("round_mode", "nearest")})),
             (std::vector<int>{127, 129, 128, 255, 254}));
-  EXPECT_THROW(cast(x, DType::Float8E8M0, 25, {act_attr_s("round_mode", "sideways")}), Error);
+  EXPECT_THROW(cast(x, DType::Float8E8M0, 25, {attr("round_mode", "sideways")}), Error);
 }
 
 TEST(ActivationCast, SubByteIntegersWrap) {
@@ -172,7 +137,7 @@ TEST(ActivationCast, FloatToIntNeverUB) {
 
 TEST(ActivationCast, OldStringToAttributeAndBadTo) {
   Tensor x = floats({1.5f});
-  Tensor y = act_run("Cast", 1, {act_attr_s("to", "INT32")}, {Value(x)})[0].tensor;
+  Tensor y = run_op("Cast", 1, {Value(x)}, {attr("to", "INT32")})[0].tensor;
   EXPECT_EQ(y.dtype(), DType::Int32);
   EXPECT_EQ(y.data<int32_t>()[0], 1);
   EXPECT_THROW(cast(x, DType(99)), Error);
@@ -181,13 +146,13 @@ TEST(ActivationCast, OldStringToAttributeAndBadTo) {
 TEST(ActivationOps, ClipBoundsValidated) {
   Tensor x = Tensor::from_vector<int8_t>({-5, 0, 5}, {3});
   Value lo(Tensor::scalar<int8_t>(2)), hi(Tensor::scalar<int8_t>(1));
-  Tensor y = act_run("Clip", 13, {}, {Value(x), lo, hi})[0].tensor;
+  Tensor y = run_op("Clip", 13, {Value(x), lo, hi})[0].tensor;
   for (int i = 0; i < 3; ++i) EXPECT_EQ(y.data<int8_t>()[i], 1);  // min > max -> max
   Value wrong(Tensor::scalar<float>(1.0f));
-  EXPECT_THROW(act_run("Clip", 13, {}, {Value(x), wrong}), Error);
+  EXPECT_THROW(run_op("Clip", 13, {Value(x), wrong}), Error);
   Value not_scalar(Tensor::from_vector<int8_t>({1, 2}, {2}));
-  EXPECT_THROW(act_run("Clip", 13, {}, {Value(x), not_scalar}), Error);
-  Tensor z = act_run("Clip", 13, {}, {Value(x), Value(), hi})[0].tensor;  // omitted min
+  EXPECT_THROW(run_op("Clip", 13, {Value(x), not_scalar}), Error);
+  Tensor z = run_op("Clip", 13, {Value(x), Value(), hi})[0].tensor;  // omitted min
   EXPECT_EQ(z.data<int8_t>()[0], -5);
   EXPECT_EQ(z.data<int8_t>()[2], 1);
 }
@@ -195,32 +160,32 @@ TEST(ActivationOps, ClipBoundsValidated) {
 TEST(ActivationOps, PReluSlopeBroadcast) {
   Tensor x = Tensor::from_vector<float>({-1, 2, -3, -4, 5, -6}, {2, 3});
   Tensor s = Tensor::from_vector<float>({0.1f, 0.2f, 0.3f}, {3});
-  Tensor y = act_run("PRelu", 16, {}, {Value(x), Value(s)})[0].tensor;
+  Tensor y = run_op("PRelu", 16, {Value(x), Value(s)})[0].tensor;
   EXPECT_FLOAT_EQ(y.data<float>()[0], -0.1f);
   EXPECT_FLOAT_EQ(y.data<float>()[1], 2.0f);
   EXPECT_FLOAT_EQ(y.data<float>()[5], -1.8f);
   Tensor bad = Tensor::from_vector<float>({1, 2}, {2});
-  EXPECT_THROW(act_run("PRelu", 16, {}, {Value(x), Value(bad)}), Error);
+  EXPECT_THROW(run_op("PRelu", 16, {Value(x), Value(bad)}), Error);
   Tensor big = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, {2, 2, 3});
-  EXPECT_THROW(act_run("PRelu", 16, {}, {Value(x), Value(big)}), Error);  // would grow the output
+  EXPECT_THROW(run_op("PRelu", 16, {Value(x), Value(big)}), Error);  // would grow the output
 }
 
 TEST(ActivationOps, GeluRejectsUnknownApproximation) {
   Tensor x = floats({1.0f});
-  EXPECT_THROW(act_run("Gelu", 20, {act_attr_s("approximate", "fast")}, {Value(x)}), Error);
-  Tensor y = act_run("Gelu", 20, {act_attr_s("approximate", "tanh")}, {Value(x)})[0].tensor;
+  EXPECT_THROW(run_op("Gelu", 20, {Value(x)}, {attr("approximate", "fast")}), Error);
+  Tensor y = run_op("Gelu", 20, {Value(x)}, {attr("approximate", "tanh")})[0].tensor;
   EXPECT_NEAR(y.data<float>()[0], 0.8411920f, 1e-6f);
 }
 
 TEST(ActivationOps, ReluIntegerAndFloat16) {
   Tensor x = Tensor::from_vector<int32_t>({-3, 0, 4}, {3});
-  Tensor y = act_run("Relu", 14, {}, {Value(x)})[0].tensor;
+  Tensor y = run_op("Relu", 14, {Value(x)})[0].tensor;
   EXPECT_EQ(y.data<int32_t>()[0], 0);
   EXPECT_EQ(y.data<int32_t>()[2], 4);
   Tensor h = Tensor::from_vector<float16>({float16(-1.0f), float16(2.5f)}, {2});
-  Tensor hy = act_run("Relu", 14, {}, {Value(h)})[0].tensor;
+  Tensor hy = run_op("Relu", 14, {Value(h)})[0].tensor;
   EXPECT_EQ(float(hy.data<float16>()[0]), 0.0f);
   EXPECT_EQ(float(hy.data<float16>()[1]), 2.5f);
   Tensor s(DType::String, {1});
-  EXPECT_THROW(act_run("Relu", 14, {}, {Value(s)}), Error);
+  EXPECT_THROW(run_op("Relu", 14, {Value(s)}), Error);
 }

@@ -1,7 +1,7 @@
 // Unit tests for the image group's kernel (src/ops/image.cpp): ImageDecoder on small images
 // of every supported format (encoded here with the same codec libraries, or built by hand for
 // BMP/PNM), and corrupt / truncated inputs, which must give a basalt::Error, never a crash.
-#include "ops/kernel.hpp"
+#include "op_tester.hpp"
 
 #include <basalt/error.hpp>
 #include <gtest/gtest.h>
@@ -22,6 +22,7 @@
 #include <vector>
 
 using namespace basalt;
+using namespace basalt::test;
 
 namespace {
 
@@ -43,28 +44,8 @@ Bytes image_pattern() {
 }
 
 Tensor image_decode(const Bytes& data, const std::string& fmt = "RGB") {
-  Node n;
-  n.name = "dec";
-  n.op_type = "ImageDecoder";
-  n.opset = 20;
-  Attribute a;
-  a.name = "pixel_format";
-  a.type = Attribute::Type::String;
-  a.s = fmt;
-  n.attrs.push_back(a);
-  n.inputs.push_back(0);
-  n.outputs.push_back(1);
-  const KernelFactory* f = OpRegistry::instance().find("", "ImageDecoder", 20);
-  if (!f) throw Error(ErrorCode::Unsupported, "no ImageDecoder kernel");
-  n.kernel = (*f)(n);
-  Value in(Tensor::from_vector<uint8_t>(std::vector<uint8_t>(data.begin(), data.end()), {int64_t(data.size())}));
-  std::vector<const Value*> ins{&in};
-  std::vector<Value> outs(1);
-  std::vector<const Value*> impl;
-  RunContext rc;
-  KernelContext ctx(n, ins, outs, impl, rc);
-  n.kernel->compute(ctx);
-  return outs[0].tensor;
+  Tensor in = make_tensor<uint8_t>({int64_t(data.size())}, std::vector<uint8_t>(data.begin(), data.end()));
+  return run_op("ImageDecoder", 20, {in}, {attr("pixel_format", fmt)})[0].tensor;
 }
 
 // ---- encoders (test-only) ----

@@ -1,6 +1,6 @@
 // Unit tests for the nn group's kernels (src/ops/nn.cpp): the fast paths (register-tiled GEMM,
 // depthwise convolution, 1x1 convolution) against naive loops, plus validation errors.
-#include "ops/kernel.hpp"
+#include "op_tester.hpp"
 
 #include <basalt/error.hpp>
 #include <gtest/gtest.h>
@@ -8,45 +8,9 @@
 #include <cmath>
 
 using namespace basalt;
+using namespace basalt::test;
 
 namespace {
-
-Attribute nn_attr_i(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Int;
-  a.i = v;
-  return a;
-}
-Attribute nn_attr_ints(const std::string& name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Ints;
-  a.ints = std::move(v);
-  return a;
-}
-
-std::vector<Value> nn_run(const std::string& op, int opset, std::vector<Attribute> attrs, std::vector<Value> inputs,
-                          int num_outputs = 1) {
-  Node n;
-  n.name = "t";
-  n.op_type = op;
-  n.opset = opset;
-  n.attrs = std::move(attrs);
-  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
-  for (int i = 0; i < num_outputs; ++i) n.outputs.push_back(100 + i);
-  const KernelFactory* f = OpRegistry::instance().find("", op, opset);
-  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
-  n.kernel = (*f)(n);
-  std::vector<const Value*> ins;
-  for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
-  std::vector<Value> outs(static_cast<size_t>(num_outputs));
-  std::vector<const Value*> impl;
-  RunContext rc;
-  KernelContext ctx(n, ins, outs, impl, rc);
-  n.kernel->compute(ctx);
-  return outs;
-}
 
 Tensor nn_rand(Shape s, uint32_t seed) {
   Tensor t(DType::Float, s);
@@ -106,10 +70,9 @@ TEST(NnOps, ConvPathsMatchNaive) {
   for (const Case& c : cases) {
     Tensor x = nn_rand({2, c.C, c.H, c.W}, seed++);
     Tensor w = nn_rand({c.M, c.C / c.G, c.K, c.K}, seed++);
-    auto y = nn_run("Conv", 11,
-                    {nn_attr_i("group", c.G), nn_attr_ints("strides", {c.s, c.s}), nn_attr_ints("dilations", {c.d, c.d}),
-                     nn_attr_ints("pads", {c.p, c.p, c.p, c.p})},
-                    {x, w})[0]
+    auto y = run_op("Conv", 11, {x, w},
+                    {attr("group", c.G), attr("strides", Ints{c.s, c.s}), attr("dilations", Ints{c.d, c.d}),
+                     attr("pads", Ints{c.p, c.p, c.p, c.p})})[0]
                  .tensor;
     nn_expect_close(y, naive_conv2d(x, w, c.G, c.s, c.d, c.p));
   }
@@ -120,7 +83,7 @@ TEST(NnOps, MatMulTilesAndEdges) {
     for (int64_t N : {1, 7, 8, 19})
       for (int64_t K : {1, 5, 16}) {
         Tensor a = nn_rand({2, M, K}, uint32_t(M * 100 + N * 10 + K)), b = nn_rand({K, N}, uint32_t(M + N + K));
-        Tensor y = nn_run("MatMul", 13, {}, {a, b})[0].tensor;
+        Tensor y = run_op("MatMul", 13, {a, b})[0].tensor;
         ASSERT_EQ(y.shape(), (Shape{2, M, N}));
         for (int64_t bi = 0; bi < 2; ++bi)
           for (int64_t i = 0; i < M; ++i)
@@ -135,7 +98,7 @@ TEST(NnOps, MatMulTilesAndEdges) {
 TEST(NnOps, MatMulIntegerAnd1D) {
   Tensor a = Tensor::from_vector<int64_t>({1, 2, 3}, {3});
   Tensor b = Tensor::from_vector<int64_t>({1, 2, 3, 4, 5, 6}, {3, 2});
-  auto y = nn_run("MatMul", 13, {}, {a, b})[0].tensor;
+  auto y = run_op("MatMul", 13, {a, b})[0].tensor;
   ASSERT_EQ(y.shape(), (Shape{2}));
   EXPECT_EQ(y.data<int64_t>()[0], 22);
   EXPECT_EQ(y.data<int64_t>()[1], 28);
@@ -144,21 +107,21 @@ TEST(NnOps, MatMulIntegerAnd1D) {
 TEST(NnOps, ValidationErrors) {
   Tensor x = nn_rand({1, 3, 5, 5}, 1);
   Tensor w = nn_rand({4, 2, 3, 3}, 2);  // wrong channel count
-  EXPECT_THROW(nn_run("Conv", 11, {}, {x, w}), Error);
+  EXPECT_THROW(run_op("Conv", 11, {x, w}), Error);
   Tensor w2 = nn_rand({4, 3, 7, 7}, 3);  // kernel larger than input
-  EXPECT_THROW(nn_run("Conv", 11, {}, {x, w2}), Error);
-  EXPECT_THROW(nn_run("MatMul", 13, {}, {nn_rand({2, 3}, 4), nn_rand({4, 2}, 5)}), Error);
+  EXPECT_THROW(run_op("Conv", 11, {x, w2}), Error);
+  EXPECT_THROW(run_op("MatMul", 13, {nn_rand({2, 3}, 4), nn_rand({4, 2}, 5)}), Error);
   // MaxUnpool with an out-of-range index
   Tensor xi = nn_rand({1, 1, 1, 1}, 6);
   Tensor ii = Tensor::from_vector<int64_t>({99}, {1, 1, 1, 1});
-  EXPECT_THROW(nn_run("MaxUnpool", 11, {nn_attr_ints("kernel_shape", {2, 2}), nn_attr_ints("strides", {2, 2})}, {xi, ii}), Error);
+  EXPECT_THROW(run_op("MaxUnpool", 11, {xi, ii}, {attr("kernel_shape", Ints{2, 2}), attr("strides", Ints{2, 2})}), Error);
 }
 
 TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
   // ConvTranspose with groups against a direct scatter formulation.
   int64_t C = 4, G = 2, Mg = 3, H = 4, W = 5, K = 3, s = 2;
   Tensor x = nn_rand({1, C, H, W}, 11), w = nn_rand({C, Mg, K, K}, 12);
-  auto y = nn_run("ConvTranspose", 11, {nn_attr_i("group", G), nn_attr_ints("strides", {s, s})}, {x, w})[0].tensor;
+  auto y = run_op("ConvTranspose", 11, {x, w}, {attr("group", G), attr("strides", Ints{s, s})})[0].tensor;
   int64_t OH = (H - 1) * s + K, OW = (W - 1) * s + K, M = Mg * G;
   ASSERT_EQ(y.shape(), (Shape{1, M, OH, OW}));
   std::vector<double> ref(size_t(M * OH * OW), 0.0);
@@ -179,11 +142,8 @@ TEST(NnOps, ResizeNearestIsExactForInt64) {
   int64_t big = (int64_t(1) << 53) + 1;
   Tensor x = Tensor::from_vector<int64_t>({big, 2, 3, big + 2}, {1, 1, 2, 2});
   Tensor scales = Tensor::from_vector<float>({1, 1, 2, 2}, {4});
-  Attribute mode;
-  mode.name = "mode";
-  mode.type = Attribute::Type::String;
-  mode.s = "nearest";
-  auto y = nn_run("Resize", 13, {mode}, {x, Value(), scales})[0].tensor;
+  Attribute mode = attr("mode", "nearest");
+  auto y = run_op("Resize", 13, {x, Value(), scales}, {mode})[0].tensor;
   ASSERT_EQ(y.shape(), (Shape{1, 1, 4, 4}));
   ASSERT_EQ(y.dtype(), DType::Int64);
   EXPECT_EQ(y.data<int64_t>()[0], big);
@@ -191,7 +151,7 @@ TEST(NnOps, ResizeNearestIsExactForInt64) {
   EXPECT_EQ(y.data<int64_t>()[15], big + 2);
   // Upsample-9 on uint8 (nearest, floor semantics)
   Tensor u = Tensor::from_vector<uint8_t>({1, 2, 3, 4}, {1, 1, 2, 2});
-  auto z = nn_run("Upsample", 9, {mode}, {u, Tensor::from_vector<float>({1, 1, 1, 3}, {4})})[0].tensor;
+  auto z = run_op("Upsample", 9, {u, Tensor::from_vector<float>({1, 1, 1, 3}, {4})}, {mode})[0].tensor;
   ASSERT_EQ(z.shape(), (Shape{1, 1, 2, 6}));
   std::vector<int> expect = {1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4};
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(int(z.data<uint8_t>()[i]), expect[i]);

@@ -2,7 +2,7 @@
 // ONNX conformance data does not cover (bidirectional / reverse RNNs, layout=1, sequence_lens,
 // clip, input_forget, linear_before_reset, activation attributes; float8 rounding and saturation,
 // per-axis / blocked quantization, zero-point variants of the integer ops) and validation errors.
-#include "ops/kernel.hpp"
+#include "op_tester.hpp"
 
 #include <basalt/error.hpp>
 #include <gtest/gtest.h>
@@ -11,72 +11,9 @@
 #include <limits>
 
 using namespace basalt;
+using namespace basalt::test;
 
 namespace {
-
-Attribute rq_attr_i(const std::string& name, int64_t v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Int;
-  a.i = v;
-  return a;
-}
-Attribute rq_attr_f(const std::string& name, float v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Float;
-  a.f = v;
-  return a;
-}
-Attribute rq_attr_s(const std::string& name, const std::string& v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::String;
-  a.s = v;
-  return a;
-}
-Attribute rq_attr_ss(const std::string& name, std::vector<std::string> v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Strings;
-  a.strings = std::move(v);
-  return a;
-}
-Attribute rq_attr_fs(const std::string& name, std::vector<float> v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Floats;
-  a.floats = std::move(v);
-  return a;
-}
-Attribute rq_attr_is(const std::string& name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Ints;
-  a.ints = std::move(v);
-  return a;
-}
-
-std::vector<Value> rq_run(const std::string& op, int opset, std::vector<Attribute> attrs, std::vector<Value> inputs, int nout = 1) {
-  Node n;
-  n.name = "t";
-  n.op_type = op;
-  n.opset = opset;
-  n.attrs = std::move(attrs);
-  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
-  for (int i = 0; i < nout; ++i) n.outputs.push_back(100 + i);
-  const KernelFactory* f = OpRegistry::instance().find("", op, opset);
-  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
-  n.kernel = (*f)(n);
-  std::vector<const Value*> ins;
-  for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
-  std::vector<Value> outs(static_cast<size_t>(nout));
-  std::vector<const Value*> impl;
-  RunContext rc;
-  KernelContext ctx(n, ins, outs, impl, rc);
-  n.kernel->compute(ctx);
-  return outs;
-}
 
 Tensor rq_f(std::vector<float> v, Shape s) { return Tensor::from_vector<float>(v, s); }
 
@@ -122,26 +59,27 @@ Tensor rq_dir(const Tensor& t, int d) {
 TEST(RnnQuantRnn, HandComputedWithBiasAndClip) {
   Tensor X = rq_f({1, 2}, {2, 1, 1});
   Tensor W = rq_f({0.5f}, {1, 1, 1}), R = rq_f({0.25f}, {1, 1, 1}), B = rq_f({0.1f, 0.2f}, {1, 2});
-  auto out = rq_run("RNN", 14, {rq_attr_i("hidden_size", 1)}, {X, W, R, B}, 2);
+  auto out = run_op("RNN", 14, {X, W, R, B}, {attr("hidden_size", 1)}, 2);
   float h1 = std::tanh(0.8f), h2 = std::tanh(1.3f + 0.25f * h1);
   rq_expect_near(rq_vals(out[0].tensor), {h1, h2});
   EXPECT_EQ(out[0].tensor.shape(), (Shape{2, 1, 1, 1}));
   rq_expect_near(rq_vals(out[1].tensor), {h2});
-  auto clipped = rq_run("RNN", 14, {rq_attr_i("hidden_size", 1), rq_attr_f("clip", 0.5f)}, {X, W, R, B}, 2);
+  auto clipped = run_op("RNN", 14, {X, W, R, B}, {attr("hidden_size", 1), attr("clip", 0.5f)}, 2);
   rq_expect_near(rq_vals(clipped[0].tensor), {std::tanh(0.5f), std::tanh(0.5f)});
 }
 
 TEST(RnnQuantRnn, ActivationWithAlpha) {
   Tensor X = rq_f({-1}, {1, 1, 1});
   Tensor W = rq_f({0.5f}, {1, 1, 1}), R = rq_f({0.25f}, {1, 1, 1}), B = rq_f({0.1f, 0.2f}, {1, 2});
-  auto out = rq_run("RNN", 7,
-                    {rq_attr_i("hidden_size", 1), rq_attr_ss("activations", {"LeakyRelu"}), rq_attr_fs("activation_alpha", {0.1f})},
-                    {X, W, R, B}, 1);
+  auto out = run_op("RNN", 7, {X, W, R, B},
+                    {attr("hidden_size", 1), attr("activations", Strings{"LeakyRelu"}),
+                     attr("activation_alpha", Floats{0.1f})},
+                    1);
   rq_expect_near(rq_vals(out[0].tensor), {-0.02f});
-  auto hs = rq_run("RNN", 7,
-                   {rq_attr_i("hidden_size", 1), rq_attr_ss("activations", {"HardSigmoid"}), rq_attr_fs("activation_alpha", {0.5f}),
-                    rq_attr_fs("activation_beta", {0.25f})},
-                   {X, W, R, B}, 1);
+  auto hs = run_op("RNN", 7, {X, W, R, B},
+                   {attr("hidden_size", 1), attr("activations", Strings{"HardSigmoid"}),
+                    attr("activation_alpha", Floats{0.5f}), attr("activation_beta", Floats{0.25f})},
+                   1);
   rq_expect_near(rq_vals(hs[0].tensor), {0.5f * -0.2f + 0.25f});
 }
 
@@ -156,8 +94,8 @@ TEST(RnnQuantGru, HandComputedLinearBeforeReset) {
   for (int lbr = 0; lbr < 2; ++lbr) {
     float hh = lbr ? std::tanh(wh * x + b[2] + r * (rh * h0 + b[5])) : std::tanh(wh * x + b[2] + rh * (r * h0) + b[5]);
     float h = (1 - z) * hh + z * h0;
-    auto out = rq_run("GRU", 14, {rq_attr_i("hidden_size", 1), rq_attr_i("linear_before_reset", lbr)},
-                      {X, W, R, B, Value(), H0}, 2);
+    auto out = run_op("GRU", 14, {X, W, R, B, Value(), H0},
+                      {attr("hidden_size", 1), attr("linear_before_reset", lbr)}, 2);
     rq_expect_near(rq_vals(out[1].tensor), {h});
   }
 }
@@ -175,8 +113,8 @@ TEST(RnnQuantLstm, HandComputedInputForgetAndPeepholes) {
     float c = f * c0 + i * g;
     float o = rq_sig(wo * x + ro * h0 + po * c);
     float h = o * std::tanh(c);
-    auto out = rq_run("LSTM", 14, {rq_attr_i("hidden_size", 1), rq_attr_i("input_forget", inf)},
-                      {X, W, R, Value(), Value(), H0, C0, P}, 3);
+    auto out = run_op("LSTM", 14, {X, W, R, Value(), Value(), H0, C0, P},
+                      {attr("hidden_size", 1), attr("input_forget", inf)}, 3);
     rq_expect_near(rq_vals(out[0].tensor), {h});
     rq_expect_near(rq_vals(out[1].tensor), {h});
     rq_expect_near(rq_vals(out[2].tensor), {c});
@@ -192,18 +130,18 @@ TEST(RnnQuantLstm, BidirectionalMatchesTwoSingleDirections) {
   Tensor B = rq_f(rq_rand(size_t(2 * 8 * H), 4), {2, 8 * H});
   Tensor H0 = rq_f(rq_rand(size_t(2 * Bn * H), 5), {2, Bn, H});
   Tensor C0 = rq_f(rq_rand(size_t(2 * Bn * H), 6), {2, Bn, H});
-  auto bi = rq_run("LSTM", 14, {rq_attr_i("hidden_size", H), rq_attr_s("direction", "bidirectional")}, {X, W, R, B, Value(), H0, C0}, 3);
+  auto bi = run_op("LSTM", 14, {X, W, R, B, Value(), H0, C0}, {attr("hidden_size", H), attr("direction", "bidirectional")}, 3);
   ASSERT_EQ(bi[0].tensor.shape(), (Shape{S, 2, Bn, H}));
-  auto fw = rq_run("LSTM", 14, {rq_attr_i("hidden_size", H)},
-                   {X, rq_dir(W, 0), rq_dir(R, 0), rq_dir(B, 0), Value(), rq_dir(H0, 0), rq_dir(C0, 0)}, 3);
-  auto rv = rq_run("LSTM", 14, {rq_attr_i("hidden_size", H), rq_attr_s("direction", "reverse")},
-                   {X, rq_dir(W, 1), rq_dir(R, 1), rq_dir(B, 1), Value(), rq_dir(H0, 1), rq_dir(C0, 1)}, 3);
+  auto fw = run_op("LSTM", 14, {X, rq_dir(W, 0), rq_dir(R, 0), rq_dir(B, 0), Value(), rq_dir(H0, 0), rq_dir(C0, 0)},
+                   {attr("hidden_size", H)}, 3);
+  auto rv = run_op("LSTM", 14, {X, rq_dir(W, 1), rq_dir(R, 1), rq_dir(B, 1), Value(), rq_dir(H0, 1), rq_dir(C0, 1)},
+                   {attr("hidden_size", H), attr("direction", "reverse")}, 3);
   // reverse == forward on time-reversed X with Y reversed
   std::vector<float> xr(size_t(X.numel()));
   for (int64_t t = 0; t < S; ++t)
     for (int64_t k = 0; k < Bn * I; ++k) xr[size_t(t * Bn * I + k)] = X.data<float>()[(S - 1 - t) * Bn * I + k];
-  auto fr = rq_run("LSTM", 14, {rq_attr_i("hidden_size", H)},
-                   {rq_f(xr, {S, Bn, I}), rq_dir(W, 1), rq_dir(R, 1), rq_dir(B, 1), Value(), rq_dir(H0, 1), rq_dir(C0, 1)}, 3);
+  auto fr = run_op("LSTM", 14, {rq_f(xr, {S, Bn, I}), rq_dir(W, 1), rq_dir(R, 1), rq_dir(B, 1), Value(), rq_dir(H0, 1), rq_dir(C0, 1)},
+                   {attr("hidden_size", H)}, 3);
   std::vector<float> y = rq_vals(bi[0].tensor), yf = rq_vals(fw[0].tensor), yr = rq_vals(rv[0].tensor), yfr = rq_vals(fr[0].tensor);
   for (int64_t t = 0; t < S; ++t)
     for (int64_t k = 0; k < Bn * H; ++k) {
@@ -233,10 +171,10 @@ TEST(RnnQuantGru, Layout1MatchesLayout0) {
   for (int64_t d = 0; d < 2; ++d)
     for (int64_t b = 0; b < Bn; ++b)
       for (int64_t h = 0; h < H; ++h) h0b[size_t((b * 2 + d) * H + h)] = h0[size_t((d * Bn + b) * H + h)];
-  std::vector<Attribute> at = {rq_attr_i("hidden_size", H), rq_attr_s("direction", "bidirectional")};
-  auto a = rq_run("GRU", 14, at, {rq_f(x, {S, Bn, I}), W, R, Value(), Value(), rq_f(h0, {2, Bn, H})}, 2);
-  at.push_back(rq_attr_i("layout", 1));
-  auto b = rq_run("GRU", 14, at, {rq_f(xb, {Bn, S, I}), W, R, Value(), Value(), rq_f(h0b, {Bn, 2, H})}, 2);
+  std::vector<Attribute> at = {attr("hidden_size", H), attr("direction", "bidirectional")};
+  auto a = run_op("GRU", 14, {rq_f(x, {S, Bn, I}), W, R, Value(), Value(), rq_f(h0, {2, Bn, H})}, at, 2);
+  at.push_back(attr("layout", 1));
+  auto b = run_op("GRU", 14, {rq_f(xb, {Bn, S, I}), W, R, Value(), Value(), rq_f(h0b, {Bn, 2, H})}, at, 2);
   ASSERT_EQ(b[0].tensor.shape(), (Shape{Bn, S, 2, H}));
   ASSERT_EQ(b[1].tensor.shape(), (Shape{Bn, 2, H}));
   std::vector<float> ya = rq_vals(a[0].tensor), yb = rq_vals(b[0].tensor), ha = rq_vals(a[1].tensor), hb = rq_vals(b[1].tensor);
@@ -257,14 +195,14 @@ TEST(RnnQuantRnn, SequenceLensBidirectional) {
   std::vector<float> x = rq_rand(size_t(S * Bn * I), 21);
   Tensor W = rq_f(rq_rand(size_t(2 * H * I), 22), {2, H, I});
   Tensor R = rq_f(rq_rand(size_t(2 * H * H), 23), {2, H, H});
-  std::vector<Attribute> at = {rq_attr_i("hidden_size", H), rq_attr_s("direction", "bidirectional")};
+  std::vector<Attribute> at = {attr("hidden_size", H), attr("direction", "bidirectional")};
   Tensor lens = Tensor::from_vector<int32_t>({4, 2}, {2});
-  auto full = rq_run("RNN", 14, at, {rq_f(x, {S, Bn, I}), W, R, Value(), lens}, 2);
+  auto full = run_op("RNN", 14, {rq_f(x, {S, Bn, I}), W, R, Value(), lens}, at, 2);
   // batch entry 1 alone, length 2
   std::vector<float> x1;
   for (int64_t t = 0; t < 2; ++t)
     for (int64_t i = 0; i < I; ++i) x1.push_back(x[size_t((t * Bn + 1) * I + i)]);
-  auto solo = rq_run("RNN", 14, at, {rq_f(x1, {2, 1, I}), W, R}, 2);
+  auto solo = run_op("RNN", 14, {rq_f(x1, {2, 1, I}), W, R}, at, 2);
   std::vector<float> y = rq_vals(full[0].tensor), ys = rq_vals(solo[0].tensor);
   for (int64_t t = 0; t < S; ++t)
     for (int64_t d = 0; d < 2; ++d)
@@ -287,7 +225,7 @@ TEST(RnnQuantLstm, ZeroLengthSequenceGivesZeroStates) {
   Tensor H0 = rq_f(rq_rand(size_t(Bn * H), 34), {1, Bn, H});
   Tensor C0 = rq_f(rq_rand(size_t(Bn * H), 35), {1, Bn, H});
   Tensor lens = Tensor::from_vector<int32_t>({0, 2}, {2});
-  auto out = rq_run("LSTM", 14, {rq_attr_i("hidden_size", H)}, {X, W, R, Value(), lens, H0, C0}, 3);
+  auto out = run_op("LSTM", 14, {X, W, R, Value(), lens, H0, C0}, {attr("hidden_size", H)}, 3);
   std::vector<float> y = rq_vals(out[0].tensor), yh = rq_vals(out[1].tensor), yc = rq_vals(out[2].tensor);
   for (int64_t t = 0; t < S; ++t)
     for (int64_t h = 0; h < H; ++h) EXPECT_EQ(y[size_t((t * Bn + 0) * H + h)], 0.0f);
@@ -301,11 +239,11 @@ TEST(RnnQuantLstm, ZeroLengthSequenceGivesZeroStates) {
 TEST(RnnQuantRnn, ValidationErrors) {
   Tensor X = rq_f({1, 2}, {2, 1, 1});
   Tensor W = rq_f({0.5f}, {1, 1, 1}), R = rq_f({0.25f}, {1, 1, 1});
-  EXPECT_THROW(rq_run("RNN", 14, {rq_attr_i("hidden_size", 2)}, {X, W, R}), Error);  // W does not match hidden_size
-  EXPECT_THROW(rq_run("RNN", 14, {rq_attr_s("direction", "sideways")}, {X, W, R}), Error);
-  EXPECT_THROW(rq_run("RNN", 14, {rq_attr_ss("activations", {"Nope"})}, {X, W, R}), Error);
-  EXPECT_THROW(rq_run("RNN", 14, {}, {X, W, R, Value(), Tensor::from_vector<int32_t>({3}, {1})}), Error);  // len > seq
-  EXPECT_THROW(rq_run("RNN", 14, {}, {rq_f({1, 2}, {2, 1}), W, R}), Error);  // X rank 2
+  EXPECT_THROW(run_op("RNN", 14, {X, W, R}, {attr("hidden_size", 2)}), Error);  // W does not match hidden_size
+  EXPECT_THROW(run_op("RNN", 14, {X, W, R}, {attr("direction", "sideways")}), Error);
+  EXPECT_THROW(run_op("RNN", 14, {X, W, R}, {attr("activations", Strings{"Nope"})}), Error);
+  EXPECT_THROW(run_op("RNN", 14, {X, W, R, Value(), Tensor::from_vector<int32_t>({3}, {1})}), Error);  // len > seq
+  EXPECT_THROW(run_op("RNN", 14, {rq_f({1, 2}, {2, 1}), W, R}), Error);  // X rank 2
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -322,7 +260,7 @@ std::vector<int> rq_bytes(const Tensor& t) {
 Tensor rq_quant(const Tensor& x, const Tensor& scale, const Tensor* zp, std::vector<Attribute> attrs = {}, int opset = 21) {
   std::vector<Value> in = {x, scale};
   if (zp) in.push_back(*zp);
-  return rq_run("QuantizeLinear", opset, std::move(attrs), in)[0].tensor;
+  return run_op("QuantizeLinear", opset, in, std::move(attrs))[0].tensor;
 }
 Tensor rq_zp(DType dt, Shape s = {}) { return Tensor(dt, s); }
 const float rqInf = std::numeric_limits<float>::infinity();
@@ -341,8 +279,8 @@ TEST(RnnQuantQuantize, RoundHalfEvenAndSaturate) {
   EXPECT_EQ(rq_bytes(rq_quant(x, s, &i4)), (std::vector<int>{2, -2, 4, 0, 7, -8, 1}));
   // no zero point: uint8, or output_dtype
   EXPECT_EQ(rq_quant(x, s, nullptr).dtype(), DType::Uint8);
-  EXPECT_EQ(rq_quant(x, s, nullptr, {rq_attr_i("output_dtype", int64_t(DType::Int16))}).dtype(), DType::Int16);
-  EXPECT_THROW(rq_quant(x, s, &u8, {rq_attr_i("output_dtype", int64_t(DType::Int8))}), Error);
+  EXPECT_EQ(rq_quant(x, s, nullptr, {attr("output_dtype", int64_t(DType::Int16))}).dtype(), DType::Int16);
+  EXPECT_THROW(rq_quant(x, s, &u8, {attr("output_dtype", int64_t(DType::Int8))}), Error);
 }
 
 TEST(RnnQuantQuantize, Float8RoundingAndSaturation) {
@@ -351,13 +289,13 @@ TEST(RnnQuantQuantize, Float8RoundingAndSaturation) {
   Tensor z = rq_zp(DType::Float8E4M3FN);
   EXPECT_EQ(rq_bytes(rq_quant(x, s, &z)), (std::vector<int>{0x7E, 0x7E, 0x7E, 0xFE, 0x7F, 0x01, 0x00, 0x00, 0x38, 0x7E}));
   // -0 stays -0 without a zero point (with one, -0 + 0 = +0)
-  EXPECT_EQ(rq_bytes(rq_quant(x, s, nullptr, {rq_attr_i("output_dtype", int64_t(DType::Float8E4M3FN))}))[7], 0x80);
-  auto ns = rq_bytes(rq_quant(x, s, &z, {rq_attr_i("saturate", 0)}));
+  EXPECT_EQ(rq_bytes(rq_quant(x, s, nullptr, {attr("output_dtype", int64_t(DType::Float8E4M3FN))}))[7], 0x80);
+  auto ns = rq_bytes(rq_quant(x, s, &z, {attr("saturate", 0)}));
   EXPECT_EQ(ns[1], 0x7E);  // tie to even -> 448
   EXPECT_EQ(ns[2], 0x7F);  // overflow -> NaN
   EXPECT_EQ(ns[9], 0x7F);
   Tensor z5 = rq_zp(DType::Float8E5M2);
-  auto e5 = rq_bytes(rq_quant(x, s, &z5, {rq_attr_i("saturate", 0)}));
+  auto e5 = rq_bytes(rq_quant(x, s, &z5, {attr("saturate", 0)}));
   EXPECT_EQ(e5[3], 0xFC);  // -inf stays -inf
   EXPECT_EQ(e5[9], 0x7C);  // overflow -> inf
   EXPECT_EQ(e5[8], 0x3C);  // 1.0
@@ -374,12 +312,12 @@ TEST(RnnQuantQuantize, PerAxisAndBlocked) {
   Tensor x = rq_f({1, 2, 3, 4, 5, 6, 7, 8}, {2, 4});
   Tensor s0 = rq_f({1, 2}, {2});
   Tensor u8 = rq_zp(DType::Uint8, {2});
-  EXPECT_EQ(rq_bytes(rq_quant(x, s0, &u8, {rq_attr_i("axis", 0)})), (std::vector<int>{1, 2, 3, 4, 2, 3, 4, 4}));
+  EXPECT_EQ(rq_bytes(rq_quant(x, s0, &u8, {attr("axis", 0)})), (std::vector<int>{1, 2, 3, 4, 2, 3, 4, 4}));
   // blocked along axis 1, block 3: scales [2, 2]
   Tensor sb = rq_f({1, 2, 4, 8}, {2, 2});
-  EXPECT_EQ(rq_bytes(rq_quant(x, sb, nullptr, {rq_attr_i("axis", 1), rq_attr_i("block_size", 3)})),
+  EXPECT_EQ(rq_bytes(rq_quant(x, sb, nullptr, {attr("axis", 1), attr("block_size", 3)})),
             (std::vector<int>{1, 2, 3, 2, 1, 2, 2, 1}));
-  EXPECT_THROW(rq_quant(x, sb, nullptr, {rq_attr_i("axis", 1), rq_attr_i("block_size", 1)}), Error);  // 4 blocks needed, 2 given
+  EXPECT_THROW(rq_quant(x, sb, nullptr, {attr("axis", 1), attr("block_size", 1)}), Error);  // 4 blocks needed, 2 given
 }
 
 TEST(RnnQuantDequantize, IntegerFloat8AndErrors) {
@@ -387,23 +325,23 @@ TEST(RnnQuantDequantize, IntegerFloat8AndErrors) {
   x.data<int32_t>()[0] = -5;
   x.data<int32_t>()[1] = 0;
   x.data<int32_t>()[2] = 1000;
-  auto y = rq_run("DequantizeLinear", 21, {}, {x, Tensor::scalar<float>(0.5f)})[0].tensor;
+  auto y = run_op("DequantizeLinear", 21, {x, Tensor::scalar<float>(0.5f)})[0].tensor;
   rq_expect_near(rq_vals(y), {-2.5f, 0.0f, 500.0f});
   Tensor f8(DType::Float8E4M3FN, {3});
   f8.data<uint8_t>()[0] = 0x38;  // 1
   f8.data<uint8_t>()[1] = 0xFE;  // -448
   f8.data<uint8_t>()[2] = 0x01;  // 2^-9
-  auto y8 = rq_run("DequantizeLinear", 21, {}, {f8, Tensor::scalar<float>(2.0f)})[0].tensor;
+  auto y8 = run_op("DequantizeLinear", 21, {f8, Tensor::scalar<float>(2.0f)})[0].tensor;
   rq_expect_near(rq_vals(y8), {2.0f, -896.0f, 0x1p-8f}, 0);
   Tensor u8(DType::Uint8, {2, 2});
-  EXPECT_THROW(rq_run("DequantizeLinear", 21, {rq_attr_i("axis", 0)}, {u8, rq_f({1, 2, 3}, {3})}), Error);  // wrong per-axis size
-  EXPECT_THROW(rq_run("DequantizeLinear", 21, {rq_attr_i("axis", 5)}, {u8, rq_f({1, 2}, {2})}), Error);     // bad axis
+  EXPECT_THROW(run_op("DequantizeLinear", 21, {u8, rq_f({1, 2, 3}, {3})}, {attr("axis", 0)}), Error);  // wrong per-axis size
+  EXPECT_THROW(run_op("DequantizeLinear", 21, {u8, rq_f({1, 2}, {2})}, {attr("axis", 5)}), Error);     // bad axis
   Tensor zp(DType::Int8, {});
-  EXPECT_THROW(rq_run("DequantizeLinear", 21, {}, {u8, Tensor::scalar<float>(1.0f), zp}), Error);  // zp type mismatch
+  EXPECT_THROW(run_op("DequantizeLinear", 21, {u8, Tensor::scalar<float>(1.0f), zp}), Error);  // zp type mismatch
 }
 
 TEST(RnnQuantDynamic, AllZeroInput) {
-  auto out = rq_run("DynamicQuantizeLinear", 11, {}, {rq_f({0, 0}, {2})}, 3);
+  auto out = run_op("DynamicQuantizeLinear", 11, {rq_f({0, 0}, {2})}, {}, 3);
   EXPECT_EQ(rq_bytes(out[0].tensor), (std::vector<int>{0, 0}));
   EXPECT_EQ(out[1].tensor.data<float>()[0], 0.0f);
 }
@@ -417,12 +355,12 @@ TEST(RnnQuantMatMulInteger, PerRowAndPerColumnZeroPoints) {
   Tensor B = Tensor::from_vector<int8_t>({1, -1, 2, 3}, {2, 2});
   Tensor az = Tensor::from_vector<uint8_t>({1, 2}, {2});
   Tensor bz = Tensor::from_vector<int8_t>({0, 1}, {2});
-  auto y = rq_run("MatMulInteger", 10, {}, {A, B, az, bz})[0].tensor;
+  auto y = run_op("MatMulInteger", 10, {A, B, az, bz})[0].tensor;
   // A - az(row) = [[0,1],[1,2]]; B - bz(col) = [[1,-2],[2,2]]
   ASSERT_EQ(y.dtype(), DType::Int32);
   std::vector<int32_t> got(y.data<int32_t>(), y.data<int32_t>() + 4);
   EXPECT_EQ(got, (std::vector<int32_t>{2, 2, 5, 2}));
-  EXPECT_THROW(rq_run("MatMulInteger", 10, {}, {A, Tensor::from_vector<int8_t>({1, 2, 3}, {3, 1})}), Error);
+  EXPECT_THROW(run_op("MatMulInteger", 10, {A, Tensor::from_vector<int8_t>({1, 2, 3}, {3, 1})}), Error);
 }
 
 TEST(RnnQuantConvInteger, GroupsAndPerChannelZeroPoint) {
@@ -431,21 +369,20 @@ TEST(RnnQuantConvInteger, GroupsAndPerChannelZeroPoint) {
   Tensor W = Tensor::from_vector<uint8_t>({3, 5}, {2, 1, 1, 1});
   Tensor xz = Tensor::scalar<uint8_t>(1);
   Tensor wz = Tensor::from_vector<uint8_t>({1, 2}, {2});
-  auto y = rq_run("ConvInteger", 10, {rq_attr_i("group", 2)}, {X, W, xz, wz})[0].tensor;
+  auto y = run_op("ConvInteger", 10, {X, W, xz, wz}, {attr("group", 2)})[0].tensor;
   ASSERT_EQ(y.shape(), (Shape{1, 2, 1, 2}));
   std::vector<int32_t> got(y.data<int32_t>(), y.data<int32_t>() + 4);
   EXPECT_EQ(got, (std::vector<int32_t>{0, 2, 6, 9}));
-  auto same = rq_run("ConvInteger", 10, {rq_attr_s("auto_pad", "SAME_UPPER"), rq_attr_is("kernel_shape", {1, 1}), rq_attr_i("group", 2)},
-                     {X, W, xz, wz})[0].tensor;
+  auto same = run_op("ConvInteger", 10, {X, W, xz, wz},
+                     {attr("auto_pad", "SAME_UPPER"), attr("kernel_shape", Ints{1, 1}), attr("group", 2)})[0].tensor;
   EXPECT_EQ(same.shape(), (Shape{1, 2, 1, 2}));
-  EXPECT_THROW(rq_run("ConvInteger", 10, {}, {X, W}), Error);  // channels mismatch without group
+  EXPECT_THROW(run_op("ConvInteger", 10, {X, W}), Error);  // channels mismatch without group
 }
 
 TEST(RnnQuantQLinearMatMul, PerColumnScale) {
   Tensor A = Tensor::from_vector<uint8_t>({2, 4}, {1, 2});
   Tensor B = Tensor::from_vector<uint8_t>({1, 2, 3, 4}, {2, 2});
-  auto y = rq_run("QLinearMatMul", 10, {},
-                  {A, Tensor::scalar<float>(0.5f), Tensor::scalar<uint8_t>(0), B, rq_f({1.0f, 2.0f}, {2}),
+  auto y = run_op("QLinearMatMul", 10, {A, Tensor::scalar<float>(0.5f), Tensor::scalar<uint8_t>(0), B, rq_f({1.0f, 2.0f}, {2}),
                    Tensor::from_vector<uint8_t>({0, 0}, {2}), Tensor::scalar<float>(1.0f), Tensor::scalar<uint8_t>(1)})[0]
                .tensor;
   // acc = [14, 20]; scale = [0.5, 1.0] -> [7, 20] + 1
