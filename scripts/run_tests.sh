@@ -49,6 +49,22 @@ gtest_suite() {
   return "$rc"
 }
 
+# pytest's summary ("2 failed, 918 passed, 12 skipped in 3s") as "N passed, N failed". Errors
+# count as failures, and so does exit code 5 (no tests collected).
+pytest_suite() {
+  PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$LOG/pytest.raw"
+  local rc=${PIPESTATUS[0]}
+  local last p f e
+  last=$(grep -E '(passed|failed|error|no tests ran)' "$LOG/pytest.raw" | tail -1)
+  p=$(echo "$last" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || true)
+  f=$(echo "$last" | grep -oE '[0-9]+ failed' | grep -oE '[0-9]+' || true)
+  e=$(echo "$last" | grep -oE '[0-9]+ errors?' | grep -oE '[0-9]+' || true)
+  p=${p:-0}; f=$(( ${f:-0} + ${e:-0} ))
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi
+  echo "$p passed, $f failed"
+  return "$rc"
+}
+
 XFAIL="$ROOT/tests/conformance/expected_failures"
 run_suite unit gtest_suite
 run_suite cli-bad-input "$PY" "$ROOT/tests/cli/bad_input.py" "$BASALT"
@@ -63,6 +79,9 @@ fi
 if [ -f "$ROOT/tests/parity/run_light.py" ] && [ -d "$SHARED/onnx-testdata/light" ]; then
   run_suite light "$PY" "$ROOT/tests/parity/run_light.py" --basalt "$BASALT" --light-dir "$SHARED/onnx-testdata/light"
 fi
+run_suite cli-profile "$PY" "$ROOT/tests/cli/profile_test.py" "$BASALT"
+run_suite capi "$ROOT/tests/capi/run.sh" "$BUILD"
+run_suite python pytest_suite "$ROOT/tests/python"
 if [ -f "$ROOT/tests/parity/run_parity.py" ]; then
   run_suite parity "$PY" "$ROOT/tests/parity/run_parity.py" --basalt "$BASALT"
 fi

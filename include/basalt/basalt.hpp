@@ -22,11 +22,19 @@
 namespace basalt {
 
 struct Model;
+class Profiler;
 
 struct SessionOptions {
   int threads = 1;               // intra-op threads (reference kernels are single-threaded today)
   uint64_t memory_limit = 0;     // bytes; 0 = no limit
   bool allow_unsupported = false;  // load models with unsupported ops (running them fails)
+  // Profiling. When profile_path is non-empty or enable_profiling is set, the session records its
+  // phases (load, prepare) and, for every run(), each executed node (time, shapes, bytes) and the
+  // tensor bytes in use; see Session::profiler(). With profile_path, the record is written there
+  // as a Chrome trace (Perfetto, chrome://tracing) by end_profiling() or, failing that, when the
+  // session is destroyed. Off (the default), runs record nothing and cost nothing extra.
+  std::string profile_path;
+  bool enable_profiling = false;
 };
 
 // Metadata of a graph input or output.
@@ -60,6 +68,13 @@ class Session {
 
   const Model& model() const;
   const SessionOptions& options() const;
+
+  // The profile recorder (internal type, src/runtime/profiler.hpp); null when profiling is off.
+  Profiler* profiler() const;
+  // Writes what was recorded so far as a Chrome trace to `path` (default: options().profile_path)
+  // and returns the path written; the destructor then writes nothing. Throws InvalidArgument when
+  // profiling is off or no path is known, Io when the file cannot be written.
+  std::string end_profiling(const std::string& path = {}) const;
 
  private:
   Session() = default;

@@ -7,6 +7,7 @@
 #include "runtime/model.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -440,7 +441,10 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
       }
       n.fail(ErrorCode::Unsupported, "operator " + msg + " is not supported");
     }
+    auto k0 = std::chrono::steady_clock::now();
     n.kernel = (*f)(n);
+    cx.model->kernel_create_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - k0).count();
   }
   g->finalize();
   --cx.depth;

@@ -25,6 +25,7 @@ namespace basalt {
 
 struct RunContext;
 class KernelContext;
+class RunProfile;
 
 class OpKernel {
  public:
@@ -76,6 +77,7 @@ inline std::string canonical_domain(const std::string& d) { return d == "ai.onnx
 // State shared by one run() and every subgraph execution inside it.
 struct RunContext {
   int threads = 1;
+  RunProfile* profile = nullptr;  // non-null: record every node (runtime/profiler.hpp); null = off
 };
 
 class KernelContext {

@@ -1,5 +1,7 @@
 #include "runtime/executor.hpp"
 
+#include "runtime/profiler.hpp"
+
 #include <new>
 
 namespace basalt {
@@ -39,18 +41,51 @@ std::vector<Value> KernelContext::run_subgraph(const Graph& g, std::span<const V
   return execute_graph(g, inputs, caps, run_);
 }
 
-std::vector<Value> execute_graph(const Graph& g, std::span<const Value> inputs, std::span<const Value> captures,
-                                 RunContext& rc) {
+// The node loop, instantiated twice: kProfile = false is the plain loop (no profiling code at
+// all); kProfile = true records each node into rc.profile (see runtime/profiler.hpp).
+template <bool kProfile>
+static std::vector<Value> execute_impl(const Graph& g, std::span<const Value> inputs, std::span<const Value> captures,
+                                       RunContext& rc) {
   std::vector<Value> frame(g.values.size());
   for (int c : g.constants) frame[size_t(c)] = Value(g.values[size_t(c)].initializer);
   for (size_t i = 0; i < inputs.size() && i < g.inputs.size(); ++i)
     if (!inputs[i].is_none() || !g.values[size_t(g.inputs[i])].is_initializer) frame[size_t(g.inputs[i])] = inputs[i];
   for (size_t i = 0; i < captures.size() && i < g.captures.size(); ++i) frame[size_t(g.captures[i])] = captures[i];
 
+  RunProfile* prof = kProfile ? rc.profile : nullptr;
+  std::vector<uint64_t> counted;  // kProfile: bytes each live value adds to "tensor bytes in use"
+  const int32_t parent = kProfile ? prof->current_parent : -1;
+  if constexpr (kProfile) {
+    counted.assign(g.values.size(), 0);
+    prof->frames.push_back({&g, &frame, &counted});
+    // The run's own inputs count; a subgraph's inputs and captures alias its parent's values.
+    if (parent < 0) {
+      for (int v : g.inputs) {
+        const Value& val = frame[size_t(v)];
+        if (val.is_none() || g.values[size_t(v)].is_initializer) continue;
+        counted[size_t(v)] = RunProfile::new_bytes(val, {}, {});
+        prof->add_live(counted[size_t(v)]);
+      }
+      prof->note_inputs_peak();
+    }
+  }
+
   std::vector<const Value*> ins, impl;
   std::vector<Value> outs;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& node = g.nodes[ni];
+    size_t pi = 0;
+    if constexpr (kProfile) {
+      pi = prof->nodes.size();
+      ProfNode pn;
+      pn.graph = &g;
+      pn.node = int32_t(ni);
+      pn.parent = parent;
+      pn.thread = prof_thread_index();
+      pn.start_ns = prof_now_ns();
+      prof->nodes.push_back(pn);
+      prof->current_parent = int32_t(pi);
+    }
     if (!node.kernel) node.fail(ErrorCode::Unsupported, "operator " + node.op_type + " has no kernel (opset " + std::to_string(node.opset) + ")");
     ins.assign(node.inputs.size(), nullptr);
     for (size_t k = 0; k < node.inputs.size(); ++k)
@@ -70,14 +105,54 @@ std::vector<Value> execute_graph(const Graph& g, std::span<const Value> inputs, 
     } catch (const std::exception& e) {
       node.fail(ErrorCode::Internal, e.what());
     }
+    if constexpr (kProfile) {
+      prof->current_parent = parent;
+      ProfNode& pn = prof->nodes[pi];
+      pn.tensors_at = uint32_t(prof->tensors.size());
+      pn.n_in = uint16_t(node.inputs.size());
+      pn.n_out = uint16_t(node.outputs.size());
+      uint64_t bytes = 0;
+      for (size_t k = 0; k < node.inputs.size(); ++k) bytes += prof->add_tensor(ins[k], node.inputs[k]);
+      for (size_t k = 0; k < node.outputs.size(); ++k) bytes += prof->add_tensor(&outs[k], node.outputs[k]);
+      pn.bytes = bytes;
+      for (size_t k = 0; k < node.outputs.size(); ++k)
+        if (node.outputs[k] >= 0) {
+          uint64_t b = RunProfile::new_bytes(outs[k], ins, impl);
+          prof->sub_live(counted[size_t(node.outputs[k])]);
+          counted[size_t(node.outputs[k])] = b;
+          prof->add_live(b);
+        }
+    }
     for (size_t k = 0; k < node.outputs.size(); ++k)
       if (node.outputs[k] >= 0) frame[size_t(node.outputs[k])] = std::move(outs[k]);
-    for (int v : g.free_after[ni]) frame[size_t(v)] = Value();
+    for (int v : g.free_after[ni]) {
+      frame[size_t(v)] = Value();
+      if constexpr (kProfile) {
+        prof->sub_live(counted[size_t(v)]);
+        counted[size_t(v)] = 0;
+      }
+    }
+    if constexpr (kProfile) {
+      // Stamped after the bookkeeping so that node events tile the run without gaps.
+      prof->after_node(pi);
+      prof->nodes[pi].end_ns = prof_now_ns();
+    }
   }
   std::vector<Value> result;
   result.reserve(g.outputs.size());
   for (int o : g.outputs) result.push_back(frame[size_t(o)]);
+  if constexpr (kProfile) {
+    // The frame's values die here; whatever the caller keeps is counted again where it lands.
+    for (uint64_t b : counted) prof->sub_live(b);
+    prof->frames.pop_back();
+  }
   return result;
+}
+
+std::vector<Value> execute_graph(const Graph& g, std::span<const Value> inputs, std::span<const Value> captures,
+                                 RunContext& rc) {
+  if (rc.profile) return execute_impl<true>(g, inputs, captures, rc);
+  return execute_impl<false>(g, inputs, captures, rc);
 }
 
 }  // namespace basalt

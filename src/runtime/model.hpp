@@ -26,6 +26,7 @@ struct Model {
   size_t weight_bytes = 0;                 // all constant tensors
   size_t weight_bytes_in_place = 0;        // of which used in place from the mapped file(s)
   std::string path;                        // empty when loaded from memory
+  int64_t kernel_create_ns = 0;            // time spent in kernel factories (all graphs), for profiles
 };
 
 std::shared_ptr<Model> load_model_file(const std::string& path, const LoadOptions& opts = {});

@@ -2,7 +2,11 @@
 
 #include "runtime/executor.hpp"
 #include "runtime/model.hpp"
+#include "runtime/profiler.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <set>
 
 namespace basalt {
@@ -19,7 +23,22 @@ struct Session::Impl {
   SessionOptions opts;
   std::vector<IoInfo> inputs, outputs;
   std::vector<int> input_ids;  // graph input index per IoInfo
+  std::unique_ptr<Profiler> profiler;      // null = profiling off
+  mutable std::atomic<bool> profile_written{false};
 };
+
+static bool profiling_on(const SessionOptions& o) { return o.enable_profiling || !o.profile_path.empty(); }
+
+// Records the load phase and, inside it, the time spent creating kernels ("prepare"). Kernel
+// creation is interleaved with graph building in the loader, so "prepare" is its summed time,
+// drawn at the end of the load span; optimize and plan phases do not exist yet.
+static void record_load(Session& s, int64_t t0, int64_t t1) {
+  Profiler* p = s.profiler();
+  if (!p) return;
+  int64_t kc = std::min<int64_t>(s.model().kernel_create_ns, t1 - t0);
+  p->add_phase("load", "parse the model, build graphs, create kernels", t0, t1);
+  p->add_phase("prepare", "kernel creation, summed: it is interleaved with graph building during load", t1 - kc, t1);
+}
 
 static IoInfo make_info(const ValueDef& v) {
   IoInfo io;
@@ -48,13 +67,19 @@ static IoInfo make_info(const ValueDef& v) {
 std::unique_ptr<Session> Session::open(const std::string& path, const SessionOptions& opts) {
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
-  return create(load_model_file(path, lo), opts);
+  int64_t t0 = prof_now_ns();
+  auto s = create(load_model_file(path, lo), opts);
+  record_load(*s, t0, prof_now_ns());
+  return s;
 }
 
 std::unique_ptr<Session> Session::from_bytes(const void* data, size_t size, const SessionOptions& opts) {
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
-  return create(load_model_bytes(data, size, lo), opts);
+  int64_t t0 = prof_now_ns();
+  auto s = create(load_model_bytes(data, size, lo), opts);
+  record_load(*s, t0, prof_now_ns());
+  return s;
 }
 
 std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const SessionOptions& opts) {
@@ -67,12 +92,32 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
     impl->input_ids.push_back(int(i));
   }
   for (int o : g.outputs) impl->outputs.push_back(make_info(g.values[size_t(o)]));
+  if (profiling_on(opts)) impl->profiler = std::make_unique<Profiler>();
   std::unique_ptr<Session> s(new Session());
   s->impl_ = std::move(impl);
   return s;
 }
 
-Session::~Session() = default;
+Session::~Session() {
+  if (!impl_ || !impl_->profiler || impl_->opts.profile_path.empty() || impl_->profile_written) return;
+  try {
+    impl_->profiler->write_chrome_trace(impl_->opts.profile_path);
+  } catch (const std::exception& e) {
+    // A destructor cannot throw; end_profiling() is the way to see this error as an exception.
+    std::fprintf(stderr, "basalt: %s\n", e.what());
+  }
+}
+
+Profiler* Session::profiler() const { return impl_->profiler.get(); }
+
+std::string Session::end_profiling(const std::string& path) const {
+  if (!impl_->profiler) BASALT_THROW(InvalidArgument, "end_profiling: profiling is off (set SessionOptions::profile_path or enable_profiling)");
+  std::string p = path.empty() ? impl_->opts.profile_path : path;
+  if (p.empty()) BASALT_THROW(InvalidArgument, "end_profiling: no path given and SessionOptions::profile_path is empty");
+  impl_->profile_written = true;  // set first: a failed write is reported here, not again at destruction
+  impl_->profiler->write_chrome_trace(p);
+  return p;
+}
 const std::vector<IoInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
 const Model& Session::model() const { return *impl_->model; }
@@ -136,7 +181,18 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
                                         dims_str(impl_->inputs[k]) + ") is required but was not given");
   RunContext rc;
   rc.threads = impl_->opts.threads;
-  std::vector<Value> outs = execute_graph(g, ins, {}, rc);
+  std::vector<Value> outs;
+  if (Profiler* prof = impl_->profiler.get()) {
+    // A failed run's partial record is dropped with `rec`.
+    std::unique_ptr<RunProfile> rec = prof->begin_run();
+    rc.profile = rec.get();
+    rec->start_ns = prof_now_ns();
+    outs = execute_graph(g, ins, {}, rc);
+    rec->end_ns = prof_now_ns();
+    prof->end_run(std::move(rec));
+  } else {
+    outs = execute_graph(g, ins, {}, rc);
+  }
   if (output_names.empty()) return outs;
   std::vector<Value> sel;
   for (const auto& n : output_names) {

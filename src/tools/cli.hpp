@@ -31,6 +31,7 @@ std::vector<std::pair<std::string, Value>> make_inputs(const Session& s, const I
 std::string summarize(const Value& v);
 
 int cmd_run(const std::vector<std::string>& args);
+int cmd_profile(const std::vector<std::string>& args);  // cli_profile.cpp
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_conformance(const std::vector<std::string>& args, const char* argv0);
 

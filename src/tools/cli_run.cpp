@@ -245,6 +245,10 @@ int cmd_run(const std::vector<std::string>& args) {
     } else if (a == "--output-dir") {
       if (i + 1 >= args.size()) throw UsageError("--output-dir needs a value");
       outdir = args[++i];
+    } else if (a == "--profile") {
+      if (i + 1 >= args.size()) throw UsageError("--profile needs a file name");
+      opts.profile_path = args[++i];
+      if (opts.profile_path.empty()) throw UsageError("--profile needs a file name");
     } else if (!a.empty() && a[0] == '-') {
       throw UsageError("unknown option '" + a + "'");
     } else if (model.empty()) {
@@ -266,6 +270,7 @@ int cmd_run(const std::vector<std::string>& args) {
   for (size_t k = 0; k < outs.size(); ++k)
     std::printf("output %s: %s\n", session->outputs()[k].name.c_str(), summarize(outs[k]).c_str());
   std::printf("load %.2f ms, run %.2f ms, peak RSS %.1f MB\n", ms(t0, t1), ms(t2, t3), peak_rss_mb());
+  if (!opts.profile_path.empty()) std::printf("profile: wrote %s\n", session->end_profiling().c_str());
   if (!outdir.empty()) {
     std::filesystem::create_directories(outdir);
     nlohmann::json j = nlohmann::json::array();

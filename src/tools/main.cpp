@@ -1,4 +1,4 @@
-// The `basalt` command-line tool: run, inspect, conformance.
+// The `basalt` command-line tool: run, profile, inspect, conformance.
 //
 // Exit codes: 0 success; 1 the model or its run failed (a one-line error on stderr);
 // 2 bad command line. `conformance` exits 1 when any test failed.
@@ -20,7 +20,8 @@ static void usage(std::FILE* f) {
                "usage: basalt <command> [options]\n"
                "commands:\n"
                "  run MODEL [--input NAME=FILE.npy ...] [--shape NAME=1x3x224x224 ...] [--dim SYMBOL=VALUE ...]\n"
-               "            [--fill NAME=zeros|const:V|int:LO,HI ...] [--threads N] [--output-dir DIR]\n"
+               "            [--fill NAME=zeros|const:V|int:LO,HI ...] [--threads N] [--output-dir DIR] [--profile TRACE.json]\n"
+               "  profile MODEL [same input options as run] [--iters K] [--warmup W] [--threads N] [--top N] [--profile TRACE.json]\n"
                "  inspect MODEL\n"
                "  conformance PATH... [--json FILE] [--expected-failures FILE] [--filter SUBSTR]\n"
                "            [--run-expected] [--timeout SEC] [--no-fork] [--verbose]\n");
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (cmd == "run") return cmd_run(args);
+    if (cmd == "profile") return cmd_profile(args);
     if (cmd == "inspect") return cmd_inspect(args);
     if (cmd == "conformance") return cmd_conformance(args, argv[0]);
   } catch (const UsageError& e) {

@@ -1,0 +1,254 @@
+/* basalt — stable C API.
+ *
+ *   basalt_session* s = NULL;
+ *   basalt_status* st = basalt_session_create_from_path("model.onnx", NULL, &s);
+ *   if (st) { fprintf(stderr, "%s\n", basalt_status_message(st)); basalt_status_destroy(st); return 1; }
+ *   ...
+ *   basalt_session_destroy(s);
+ *
+ * ABI rules (what stays stable, and how the API grows):
+ *  - Everything is `extern "C"`; no C++ or STL type crosses the boundary, and no exception does
+ *    either: every entry point catches everything (std::bad_alloc included) and returns a status.
+ *  - Objects are opaque handles with an explicit create and destroy. Destroying NULL is a no-op.
+ *  - Only fixed-width integers, size_t, pointers and char strings (UTF-8, NUL-terminated) are used.
+ *  - Enumerations are int32_t values with explicit numbers (the BASALT_* macros below); numbers are
+ *    never reused or renumbered. New values may be added, so callers should handle unknown ones.
+ *  - Structs passed in or out start with `size_t struct_size`, which the caller sets to
+ *    sizeof(the struct) from the header it compiled against. New fields are only ever appended.
+ *      * In-structs (options): the library reads only the fields that lie inside struct_size; fields
+ *        it does not read take their default. A struct_size larger than the library knows is
+ *        accepted only when the extra bytes are zero (they would mean "default"), so a newer caller
+ *        asking for a feature an older library lacks gets an error instead of being ignored.
+ *      * Out-structs (basalt_io_info): the library fills the fields it knows and zeroes the bytes
+ *        after them, up to struct_size.
+ *      * For every struct, all-zero fields mean the defaults.
+ *  - basalt_api_version() returns BASALT_API_VERSION of the library that is loaded; compare it
+ *    with the header's value to detect a library older than the header.
+ *
+ * Errors: every function that can fail returns `basalt_status*`: NULL means success; otherwise the
+ * caller owns the status and frees it with basalt_status_destroy(). A status has a code
+ * (BASALT_STATUS_*) and a message that names what is wrong (file, input name, expected vs given).
+ * On failure, out-parameters are set to NULL / zero.
+ *
+ * Threads: a session is immutable after creation. basalt_session_run() may be called on the same
+ * session from many threads at once. Tensors are not synchronised: don't write a tensor while
+ * another thread reads it (including a run that uses it as an input).
+ */
+#ifndef BASALT_C_API_H_
+#define BASALT_C_API_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define BASALT_C_EXPORT __declspec(dllexport)
+#elif defined(__GNUC__)
+#define BASALT_C_EXPORT __attribute__((visibility("default")))
+#else
+#define BASALT_C_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of the API described by this header. Bumped when functions or fields are added. */
+#define BASALT_API_VERSION 1
+BASALT_C_EXPORT uint32_t basalt_api_version(void);
+
+/* ---- status ------------------------------------------------------------------------------- */
+
+/* Status codes. 1..6 are the codes of basalt::Error (include/basalt/error.hpp). */
+#define BASALT_STATUS_OK 0
+#define BASALT_STATUS_INVALID_MODEL 1    /* the model file or graph is malformed */
+#define BASALT_STATUS_INVALID_ARGUMENT 2 /* the caller's arguments are wrong (name, dtype, shape, NULL) */
+#define BASALT_STATUS_UNSUPPORTED 3      /* valid ONNX (or a request) that basalt does not handle */
+#define BASALT_STATUS_MEMORY_LIMIT 4     /* a request would exceed a memory limit */
+#define BASALT_STATUS_IO 5               /* a file could not be read or mapped */
+#define BASALT_STATUS_INTERNAL 6         /* a bug in basalt */
+#define BASALT_STATUS_OUT_OF_MEMORY 7    /* an allocation failed (std::bad_alloc inside basalt) */
+
+typedef struct basalt_status basalt_status;
+
+/* BASALT_STATUS_OK for NULL. */
+BASALT_C_EXPORT int32_t basalt_status_code(const basalt_status* status);
+/* The message; "" for NULL. Valid until the status is destroyed. */
+BASALT_C_EXPORT const char* basalt_status_message(const basalt_status* status);
+/* "ok", "invalid model", ...; "unknown" for a code this library does not know. Static storage. */
+BASALT_C_EXPORT const char* basalt_status_code_name(int32_t code);
+BASALT_C_EXPORT void basalt_status_destroy(basalt_status* status);
+
+/* ---- element types ------------------------------------------------------------------------ */
+
+/* Element types: ONNX's TensorProto.DataType numbers. In memory every element takes
+ * basalt_dtype_size() bytes, in the machine's byte order:
+ *  - float16 and bfloat16 are their 16-bit patterns (uint16_t);
+ *  - bool is one byte holding 0 or 1 (any other value is undefined behaviour);
+ *  - 8-bit floats and the 4/2-bit types are unpacked: one element per byte (4/2-bit values in the
+ *    low bits, sign-extended for int4/int2);
+ *  - complex64/complex128 are (real, imaginary) pairs of float/double;
+ *  - string tensors have no flat data: use basalt_tensor_get_string / basalt_tensor_set_string. */
+#define BASALT_DTYPE_UNDEFINED 0
+#define BASALT_DTYPE_FLOAT 1
+#define BASALT_DTYPE_UINT8 2
+#define BASALT_DTYPE_INT8 3
+#define BASALT_DTYPE_UINT16 4
+#define BASALT_DTYPE_INT16 5
+#define BASALT_DTYPE_INT32 6
+#define BASALT_DTYPE_INT64 7
+#define BASALT_DTYPE_STRING 8
+#define BASALT_DTYPE_BOOL 9
+#define BASALT_DTYPE_FLOAT16 10
+#define BASALT_DTYPE_DOUBLE 11
+#define BASALT_DTYPE_UINT32 12
+#define BASALT_DTYPE_UINT64 13
+#define BASALT_DTYPE_COMPLEX64 14
+#define BASALT_DTYPE_COMPLEX128 15
+#define BASALT_DTYPE_BFLOAT16 16
+#define BASALT_DTYPE_FLOAT8E4M3FN 17
+#define BASALT_DTYPE_FLOAT8E4M3FNUZ 18
+#define BASALT_DTYPE_FLOAT8E5M2 19
+#define BASALT_DTYPE_FLOAT8E5M2FNUZ 20
+#define BASALT_DTYPE_UINT4 21
+#define BASALT_DTYPE_INT4 22
+#define BASALT_DTYPE_FLOAT4E2M1 23
+#define BASALT_DTYPE_FLOAT8E8M0 24
+#define BASALT_DTYPE_UINT2 25
+#define BASALT_DTYPE_INT2 26
+
+/* "float32", "int64", ...; "unknown" for a number basalt does not know. Static storage. */
+BASALT_C_EXPORT const char* basalt_dtype_name(int32_t dtype);
+/* Bytes per element in a tensor's data (0 for undefined, unknown and string). */
+BASALT_C_EXPORT size_t basalt_dtype_size(int32_t dtype);
+
+/* ---- sessions ----------------------------------------------------------------------------- */
+
+typedef struct basalt_session basalt_session;
+
+/* Session options. All-zero fields mean the defaults:
+ *   basalt_session_options o = BASALT_SESSION_OPTIONS_INIT;  (or memset 0, then set struct_size) */
+typedef struct basalt_session_options {
+  size_t struct_size;        /* sizeof(basalt_session_options) */
+  int32_t threads;           /* intra-op threads; 0 = default (1). Must be >= 0. */
+  int32_t allow_unsupported; /* nonzero: load models with ops basalt lacks (running them fails) */
+  uint64_t memory_limit;     /* bytes, 0 = no limit. Stored; not enforced yet (see README). */
+} basalt_session_options;
+#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0}
+
+/* Loads a model. `options` may be NULL (defaults). On success *out is a new session that the caller
+ * destroys with basalt_session_destroy(); weights are used in place from the memory-mapped file. */
+BASALT_C_EXPORT basalt_status* basalt_session_create_from_path(const char* path,
+                                                               const basalt_session_options* options,
+                                                               basalt_session** out);
+/* Loads a model from memory. The bytes are copied once, so the caller may free them as soon as
+ * this returns. A model with external data cannot be loaded this way (there is no folder). */
+BASALT_C_EXPORT basalt_status* basalt_session_create_from_bytes(const void* data, size_t size,
+                                                                const basalt_session_options* options,
+                                                                basalt_session** out);
+/* Destroys the session. Tensors it returned stay valid. NULL is a no-op. */
+BASALT_C_EXPORT void basalt_session_destroy(basalt_session* session);
+
+/* ---- model inputs and outputs ------------------------------------------------------------- */
+
+#define BASALT_VALUE_KIND_UNKNOWN 0
+#define BASALT_VALUE_KIND_TENSOR 1
+#define BASALT_VALUE_KIND_SEQUENCE 2
+#define BASALT_VALUE_KIND_OPTIONAL 3
+#define BASALT_VALUE_KIND_MAP 4
+#define BASALT_VALUE_KIND_SPARSE_TENSOR 5
+
+/* Metadata of a graph input or output. Every pointer is owned by the session and stays valid until
+ * the session is destroyed. */
+typedef struct basalt_io_info {
+  size_t struct_size;            /* in: sizeof(basalt_io_info) */
+  const char* name;
+  int32_t kind;                  /* BASALT_VALUE_KIND_* */
+  int32_t dtype;                 /* BASALT_DTYPE_*; for a sequence/optional, that of its tensors */
+  int32_t has_shape;             /* 0: the model declares no shape (rank unknown; rank is 0) */
+  int32_t has_default;           /* input only: backed by an initializer, so it may be omitted */
+  size_t rank;
+  const int64_t* dims;           /* rank entries; -1 for a symbolic or unknown dim */
+  const char* const* dim_names;  /* rank entries; the symbolic name ("batch"), or "" */
+} basalt_io_info;
+
+/* 0 for NULL. */
+BASALT_C_EXPORT size_t basalt_session_input_count(const basalt_session* session);
+BASALT_C_EXPORT size_t basalt_session_output_count(const basalt_session* session);
+/* Fills *info (whose struct_size the caller sets) for input/output `index` (0-based, graph order). */
+BASALT_C_EXPORT basalt_status* basalt_session_input_info(const basalt_session* session, size_t index,
+                                                         basalt_io_info* info);
+BASALT_C_EXPORT basalt_status* basalt_session_output_info(const basalt_session* session, size_t index,
+                                                          basalt_io_info* info);
+
+/* ---- tensors ------------------------------------------------------------------------------ */
+
+typedef struct basalt_tensor basalt_tensor;
+
+/* A new tensor with memory allocated by basalt (64-byte aligned, zero-filled; strings empty).
+ * `shape` has `rank` entries, each >= 0 (it may be NULL when rank is 0: a scalar). */
+BASALT_C_EXPORT basalt_status* basalt_tensor_create(int32_t dtype, const int64_t* shape, size_t rank,
+                                                    basalt_tensor** out);
+/* A tensor that views the caller's memory, without a copy.
+ * Contract: `data` must stay valid and must not be written while the tensor exists or while a run
+ * that uses it is in progress; the caller frees it after basalt_tensor_destroy(). basalt never
+ * writes through an input view, and run outputs never alias an input (see basalt_session_run).
+ * `data` must be aligned to the element size
+ * and hold at least `data_bytes` >= element count * basalt_dtype_size(dtype) bytes. String tensors
+ * cannot be views. */
+BASALT_C_EXPORT basalt_status* basalt_tensor_create_view(int32_t dtype, const int64_t* shape, size_t rank,
+                                                         void* data, size_t data_bytes, basalt_tensor** out);
+/* NULL is a no-op. */
+BASALT_C_EXPORT void basalt_tensor_destroy(basalt_tensor* tensor);
+
+/* Accessors. For NULL they return BASALT_DTYPE_UNDEFINED / 0 / NULL. */
+BASALT_C_EXPORT int32_t basalt_tensor_dtype(const basalt_tensor* tensor);
+BASALT_C_EXPORT size_t basalt_tensor_rank(const basalt_tensor* tensor);
+/* `rank` entries (NULL for a scalar); valid while the tensor exists. */
+BASALT_C_EXPORT const int64_t* basalt_tensor_shape(const basalt_tensor* tensor);
+BASALT_C_EXPORT int64_t basalt_tensor_element_count(const basalt_tensor* tensor);
+/* element count * basalt_dtype_size(dtype); 0 for string tensors. */
+BASALT_C_EXPORT size_t basalt_tensor_byte_size(const basalt_tensor* tensor);
+/* The elements, row-major and contiguous; valid while the tensor exists. NULL for string tensors;
+ * for a tensor with no elements, a pointer that must not be read. */
+BASALT_C_EXPORT const void* basalt_tensor_data(const basalt_tensor* tensor);
+BASALT_C_EXPORT void* basalt_tensor_mutable_data(basalt_tensor* tensor);
+
+/* String tensors: element `index` (row-major). get returns a pointer valid until the element is
+ * set again or the tensor is destroyed; strings may contain NUL bytes, hence the length. */
+BASALT_C_EXPORT basalt_status* basalt_tensor_get_string(const basalt_tensor* tensor, int64_t index,
+                                                        const char** data, size_t* length);
+BASALT_C_EXPORT basalt_status* basalt_tensor_set_string(basalt_tensor* tensor, int64_t index,
+                                                        const char* data, size_t length);
+
+/* ---- running ------------------------------------------------------------------------------ */
+
+/* Per-run options: no fields yet besides struct_size. Pass NULL. */
+typedef struct basalt_run_options {
+  size_t struct_size; /* sizeof(basalt_run_options) */
+} basalt_run_options;
+
+/* Runs the model.
+ *  - Inputs: `input_names[i]` is fed `inputs[i]`, for i < input_count. Every input without a
+ *    default must be given. inputs[i] may be NULL only for an optional input (an empty optional).
+ *    Names, dtypes, ranks and fixed dims are checked; a mismatch is BASALT_STATUS_INVALID_ARGUMENT
+ *    naming the input, what the model expects and what was given.
+ *  - Outputs: `outputs` has `output_count` entries. With `output_names`, outputs[i] receives the
+ *    output named output_names[i]; with output_names NULL, output_count must equal
+ *    basalt_session_output_count() and outputs come in graph order.
+ *    On success each outputs[i] is a new tensor the caller destroys, or NULL for an empty optional
+ *    output. Each output owns its memory and may be written: it never aliases an input, a weight
+ *    of the model or another output (memory a node such as Identity forwards is copied).
+ *    Sequence outputs are not supported by the C API yet (BASALT_STATUS_UNSUPPORTED).
+ *    On failure every outputs[i] is NULL.
+ *  - Input tensors are only read, and remain the caller's. */
+BASALT_C_EXPORT basalt_status* basalt_session_run(const basalt_session* session, const basalt_run_options* options,
+                                                  const char* const* input_names,
+                                                  const basalt_tensor* const* inputs, size_t input_count,
+                                                  const char* const* output_names, basalt_tensor** outputs,
+                                                  size_t output_count);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BASALT_C_API_H_ */

@@ -1,0 +1,548 @@
+// basalt — Python module (`import basalt`), an onnxruntime-like API over basalt::Session.
+//
+//   sess = basalt.InferenceSession("model.onnx")            # or the model's bytes
+//   outs = sess.run(None, {"x": np.zeros((1, 3, 224, 224), np.float32)})
+//
+// Contracts (the README's "Python" section documents them for users):
+// - Inputs: a C-contiguous, aligned, native-byte-order numpy array of a supported dtype is passed
+//   to the runtime without a copy (a Tensor::view over the array's buffer). Any other array is
+//   first copied into such an array. The module holds a reference to every array it views until
+//   run() returns, so a caller may drop its own reference right after calling run().
+// - Outputs: a tensor the run allocated for itself and that nothing else references is handed to
+//   numpy without a copy; a py::capsule owning a Tensor handle is the array's base, so the bytes
+//   live as long as the array. Every other output is copied first: an output whose storage is an
+//   input view (Identity, Reshape of an input) would otherwise alias the caller's array, and one
+//   that shares storage with the model's weights would let the caller write into the session.
+// - The GIL is released while the model loads and while it runs. No py::object is created,
+//   copied or destroyed without the GIL: Python objects are converted to basalt Values before the
+//   release and back after it.
+// - Errors: basalt::Error becomes a basalt.BasaltError subclass chosen by its code (see
+//   make_exception_types below); the message is basalt's, which names the node/input at fault.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <basalt/basalt.hpp>
+
+#include "runtime/model.hpp"
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace py = pybind11;
+using basalt::DType;
+using basalt::ErrorCode;
+using basalt::Tensor;
+using basalt::Value;
+
+namespace {
+
+// ---------------------------------------------------------------- exceptions
+
+// Indexed by int(ErrorCode); index 0 is the base class basalt.BasaltError.
+PyObject* g_exc[7] = {};
+
+// Each basalt error code gets its own class. They all derive from basalt.BasaltError (itself a
+// RuntimeError) and also from the builtin exception a Python user would naturally catch, so
+// `except ValueError` works for a wrong input and `except OSError` for a missing file.
+void make_exception_types(py::module_& m) {
+  auto make = [&](const char* name, std::initializer_list<PyObject*> bases, const char* code, const char* doc) {
+    py::tuple b(bases.size());
+    size_t i = 0;
+    for (PyObject* base : bases) b[i++] = py::reinterpret_borrow<py::object>(base);
+    std::string full = std::string("basalt.") + name;
+    // The new reference is kept for the life of the process: translators use it after module init.
+    PyObject* e = PyErr_NewExceptionWithDoc(full.c_str(), doc, b.ptr(), nullptr);
+    if (!e) throw py::error_already_set();
+    if (PyObject_SetAttrString(e, "code", py::str(code).ptr()) != 0) throw py::error_already_set();
+    m.attr(name) = py::handle(e);
+    return e;
+  };
+  g_exc[0] = make("BasaltError", {PyExc_RuntimeError}, "error", "Base class of every error basalt raises.");
+  g_exc[int(ErrorCode::InvalidModel)] =
+      make("InvalidModelError", {g_exc[0], PyExc_ValueError}, "invalid model",
+           "The model file or graph is malformed (bad protobuf, cycle, dangling input, bad attribute).");
+  g_exc[int(ErrorCode::InvalidArgument)] =
+      make("InvalidArgumentError", {g_exc[0], PyExc_ValueError}, "invalid argument",
+           "The caller's inputs or options are wrong: unknown name, wrong dtype, rank or fixed dim.");
+  g_exc[int(ErrorCode::Unsupported)] =
+      make("UnsupportedError", {g_exc[0], PyExc_NotImplementedError}, "unsupported",
+           "Valid ONNX that basalt does not run (op, dtype, attribute value).");
+  g_exc[int(ErrorCode::MemoryLimit)] = make("MemoryLimitError", {g_exc[0], PyExc_MemoryError}, "memory limit",
+                                            "A request would exceed the memory limit or available memory.");
+  g_exc[int(ErrorCode::Io)] =
+      make("BasaltIOError", {g_exc[0], PyExc_OSError}, "io", "A file could not be read or mapped.");
+  g_exc[int(ErrorCode::Internal)] = make("InternalError", {g_exc[0]}, "internal", "A bug in basalt.");
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const basalt::Error& e) {
+      int c = int(e.code());
+      PyErr_SetString(c >= 1 && c <= 6 ? g_exc[c] : g_exc[0], e.what());
+    }
+  });
+}
+
+[[noreturn]] void invalid_argument(const std::string& msg) { throw basalt::Error(ErrorCode::InvalidArgument, msg); }
+
+// ---------------------------------------------------------------- dtypes
+
+// The numpy dtype for a basalt dtype that numpy can hold bit for bit, or nullptr.
+const char* numpy_name(DType t) {
+  switch (t) {
+    case DType::Float: return "float32";
+    case DType::Double: return "float64";
+    case DType::Float16: return "float16";
+    case DType::Int8: return "int8";
+    case DType::Int16: return "int16";
+    case DType::Int32: return "int32";
+    case DType::Int64: return "int64";
+    case DType::Uint8: return "uint8";
+    case DType::Uint16: return "uint16";
+    case DType::Uint32: return "uint32";
+    case DType::Uint64: return "uint64";
+    case DType::Bool: return "bool";
+    case DType::Complex64: return "complex64";
+    case DType::Complex128: return "complex128";
+    // Stored unpacked, one element per byte (dtype.hpp), so the bytes are already int8/uint8.
+    case DType::Int4: case DType::Int2: return "int8";
+    case DType::Uint4: case DType::Uint2: return "uint8";
+    default: return nullptr;
+  }
+}
+
+// basalt dtype of a numeric numpy dtype (by kind and size), or Undefined.
+DType from_numpy(const py::dtype& dt) {
+  char k = dt.kind();
+  size_t n = size_t(dt.itemsize());
+  switch (k) {
+    case 'f': return n == 4 ? DType::Float : n == 8 ? DType::Double : n == 2 ? DType::Float16 : DType::Undefined;
+    case 'i': return n == 1 ? DType::Int8 : n == 2 ? DType::Int16 : n == 4 ? DType::Int32 : n == 8 ? DType::Int64 : DType::Undefined;
+    case 'u': return n == 1 ? DType::Uint8 : n == 2 ? DType::Uint16 : n == 4 ? DType::Uint32 : n == 8 ? DType::Uint64 : DType::Undefined;
+    case 'b': return n == 1 ? DType::Bool : DType::Undefined;
+    case 'c': return n == 8 ? DType::Complex64 : n == 16 ? DType::Complex128 : DType::Undefined;
+    default: return DType::Undefined;
+  }
+}
+
+// ---------------------------------------------------------------- inputs
+
+// Python objects that input views point into. Destroyed only with the GIL held (run() declares it
+// outside its gil_scoped_release block).
+struct Keep {
+  std::vector<py::object> arrays;
+};
+
+basalt::Shape shape_of(const py::array& a) {
+  basalt::Shape s(size_t(a.ndim()));
+  for (size_t i = 0; i < s.size(); ++i) s[i] = int64_t(a.shape(py::ssize_t(i)));
+  return s;
+}
+
+// A string array (str, bytes or object elements) copied into a String tensor. str is stored as
+// UTF-8, bytes as is; anything else is an error.
+Tensor string_tensor(const py::array& a, const std::string& what) {
+  Tensor t(DType::String, shape_of(a));
+  py::object flat = a.attr("ravel")();
+  std::string* out = t.data<std::string>();
+  int64_t i = 0;
+  for (py::handle item : flat) {
+    if (PyUnicode_Check(item.ptr())) {
+      Py_ssize_t len = 0;
+      const char* s = PyUnicode_AsUTF8AndSize(item.ptr(), &len);
+      if (!s) throw py::error_already_set();
+      out[i].assign(s, size_t(len));
+    } else if (PyBytes_Check(item.ptr())) {
+      out[i] = std::string(py::reinterpret_borrow<py::bytes>(item));
+    } else {
+      invalid_argument(what + ": string tensors take str or bytes elements, got " +
+                       std::string(py::str(py::type::of(item).attr("__name__"))));
+    }
+    ++i;
+  }
+  return t;
+}
+
+// A numpy array (or anything np.asarray accepts) as a Tensor. `want` is the model's dtype for this
+// input (Undefined when unknown); it only matters for bfloat16, which numpy lacks: a float32
+// array given for a bfloat16 input is rounded to bfloat16 (a copy), a uint16 array is taken as
+// the raw bfloat16 bits (a view).
+Tensor to_tensor(py::handle obj, DType want, const std::string& what, Keep& keep) {
+  py::module_ np = py::module_::import("numpy");
+  py::array a = py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj)
+                                               : py::array(np.attr("asarray")(obj));
+  py::dtype dt = a.dtype();
+  char kind = dt.kind();
+  if (kind == 'U' || kind == 'S' || kind == 'O') return string_tensor(a, what);
+
+  DType t = from_numpy(dt);
+  if (t == DType::Undefined)
+    invalid_argument(what + ": numpy dtype " + std::string(py::str(dt)) + " has no ONNX equivalent");
+  if (want == DType::BFloat16 && t == DType::Float) {
+    py::array_t<float, py::array::c_style | py::array::forcecast> f(a);
+    Tensor b(DType::BFloat16, shape_of(f));
+    const float* src = f.data();
+    for (int64_t i = 0; i < b.numel(); ++i) b.data<basalt::bfloat16>()[i] = basalt::bfloat16(src[i]);
+    return b;
+  }
+  // uint16 given for a bfloat16 input holds the raw bfloat16 bits (as onnx.numpy_helper reads them).
+  if (want == DType::BFloat16 && t == DType::Uint16) t = DType::BFloat16;
+  // int8/uint8 given for a 4- or 2-bit input: basalt stores those unpacked, one per byte.
+  bool narrow = ((want == DType::Int4 || want == DType::Int2) && t == DType::Int8) ||
+                ((want == DType::Uint4 || want == DType::Uint2) && t == DType::Uint8);
+  // Views need a C-contiguous, aligned, native-order buffer; anything else is copied into one.
+  bool native = py::bool_(dt.attr("isnative"));
+  bool usable = native && (a.flags() & py::array::c_style) && (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_);
+  if (!usable) {
+    py::object native_dt = native ? py::object(dt) : dt.attr("newbyteorder")("=");
+    a = py::array(np.attr("ascontiguousarray")(a, native_dt));
+  }
+  if (narrow) {
+    // Kernels assume in-range values, so check them once here.
+    int lo = want == DType::Int4 ? -8 : want == DType::Int2 ? -2 : 0;
+    int hi = want == DType::Int4 ? 7 : want == DType::Int2 ? 1 : want == DType::Uint4 ? 15 : 3;
+    const char* p = static_cast<const char*>(a.data());
+    for (py::ssize_t i = 0; i < a.size(); ++i) {
+      int v = t == DType::Int8 ? int(static_cast<int8_t>(p[i])) : int(static_cast<uint8_t>(p[i]));
+      if (v < lo || v > hi)
+        invalid_argument(what + ": value " + std::to_string(v) + " is out of range for " + basalt::dtype_name(want));
+    }
+    t = want;
+  }
+  keep.arrays.push_back(a);
+  // The view holds no keep-alive: `keep` holds the array until run() returns, and outputs that
+  // still point into it are copied before they leave run() (see must_copy).
+  return Tensor::view(t, shape_of(a), const_cast<void*>(a.data()), nullptr);
+}
+
+Value to_value(py::handle obj, const basalt::IoInfo* io, const std::string& name, Keep& keep) {
+  std::string what = "input '" + name + "'";
+  std::string kind = io ? io->kind : "tensor";
+  DType want = io ? io->dtype : DType::Undefined;
+  bool is_list = py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj);
+  if (obj.is_none()) {
+    if (kind == "optional") return Value();
+    invalid_argument(what + ": None is only accepted for an optional input");
+  }
+  if (kind == "sequence" || (kind == "optional" && is_list)) {
+    if (!is_list) invalid_argument(what + ": expected a list of numpy arrays for " + io->type_string());
+    std::vector<Tensor> items;
+    size_t i = 0;
+    for (py::handle item : obj)
+      items.push_back(to_tensor(item, want, what + "[" + std::to_string(i++) + "]", keep));
+    return Value::make_sequence(std::move(items), want);
+  }
+  return Value(to_tensor(obj, want, what, keep));
+}
+
+// ---------------------------------------------------------------- outputs
+
+struct Range {
+  const char* begin;
+  const char* end;
+};
+
+// True when `t` may not be handed to numpy as is: its bytes belong to someone else (an input
+// view, a mapped weight), or another Tensor shares them (a weight copied at load, a second output
+// of the same value). Runs without the GIL; the run's own references are gone by now, so a
+// use_count of 1 means this result is the only owner.
+bool must_copy(const Tensor& t, const std::vector<Range>& inputs) {
+  const auto& st = t.storage();
+  if (!st || t.dtype() == DType::String) return false;  // strings are converted element by element
+  if (!st->owned || st.use_count() > 1) return true;
+  const char* b = static_cast<const char*>(st->data);
+  const char* e = b + st->bytes;
+  for (const Range& r : inputs)
+    if (b < r.end && r.begin < e) return true;
+  return false;
+}
+
+void make_exclusive(Value& v, const std::vector<Range>& inputs) {
+  if (v.is_tensor()) {
+    if (must_copy(v.tensor, inputs)) v.tensor = v.tensor.clone();
+  } else if (v.is_sequence()) {
+    // Take the items out of the list (copying the list only when the run shares it, e.g. with a
+    // sequence input), so that use_count sees no reference from the old list.
+    std::shared_ptr<std::vector<Tensor>> seq = std::move(v.sequence);
+    std::vector<Tensor> items = seq.use_count() == 1 ? std::move(*seq) : *seq;
+    seq.reset();
+    for (Tensor& t : items)
+      if (must_copy(t, inputs)) t = t.clone();
+    v = Value::make_sequence(std::move(items), v.seq_elem_type);
+  }
+}
+
+py::object to_numpy(Tensor t, const std::string& what) {
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+  if (t.dtype() == DType::String) {
+    py::array out(py::dtype("O"), shape);
+    py::object flat = out.attr("reshape")(-1);
+    const std::string* s = t.data<std::string>();
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      // Strings come back as str like onnxruntime's; bytes that are not UTF-8 come back as bytes.
+      PyObject* u = PyUnicode_DecodeUTF8(s[i].data(), py::ssize_t(s[i].size()), nullptr);
+      py::object item;
+      if (u) {
+        item = py::reinterpret_steal<py::object>(u);
+      } else {
+        PyErr_Clear();
+        item = py::bytes(s[i]);
+      }
+      flat[py::int_(i)] = item;
+    }
+    return out;
+  }
+  if (t.dtype() == DType::BFloat16) {  // numpy has no bfloat16: float32 holds every value exactly
+    py::array_t<float> out(shape);
+    float* d = out.mutable_data();
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = float(t.data<basalt::bfloat16>()[i]);
+    return out;
+  }
+  const char* name = numpy_name(t.dtype());
+  if (!name)
+    throw basalt::Error(ErrorCode::Unsupported, what + ": basalt cannot return a " + basalt::dtype_name(t.dtype()) +
+                                                    " tensor to Python (numpy has no such dtype)");
+  py::dtype dt(name);
+  if (!t.raw()) return py::array(dt, shape);  // an empty tensor without storage
+  auto* holder = new Tensor(std::move(t));
+  py::capsule base(holder, [](void* p) { delete static_cast<Tensor*>(p); });
+  return py::array(dt, shape, {}, holder->raw(), base);
+}
+
+py::object to_python(Value v, const std::string& what) {
+  if (v.is_none()) return py::none();
+  if (v.is_sequence()) {
+    py::list l;
+    size_t i = 0;
+    for (Tensor& t : *v.sequence) l.append(to_numpy(std::move(t), what + "[" + std::to_string(i++) + "]"));
+    return l;
+  }
+  return to_numpy(std::move(v.tensor), what);
+}
+
+// ---------------------------------------------------------------- session
+
+// Metadata of one graph input or output, like onnxruntime's NodeArg.
+struct NodeArg {
+  std::string name, type, kind;
+  py::object shape;    // list of int / str (symbolic) / None (unknown); None when the rank is unknown
+  py::object dtype;    // numpy dtype, or None when numpy has none (bfloat16, float8, ...)
+  bool has_default = false;
+};
+
+NodeArg make_node_arg(const basalt::IoInfo& io) {
+  NodeArg a;
+  a.name = io.name;
+  a.type = io.type_string();
+  a.kind = io.kind;
+  a.has_default = io.has_default;
+  if (io.has_shape) {
+    py::list s;
+    for (size_t d = 0; d < io.shape.size(); ++d) {
+      if (io.shape[d] >= 0)
+        s.append(io.shape[d]);
+      else if (!io.dim_params[d].empty())
+        s.append(io.dim_params[d]);
+      else
+        s.append(py::none());
+    }
+    a.shape = s;
+  } else {
+    a.shape = py::none();
+  }
+  const char* n = io.dtype == DType::BFloat16 ? "float32" : numpy_name(io.dtype);
+  a.dtype = n ? py::object(py::dtype(n)) : py::none();
+  return a;
+}
+
+struct PySession {
+  std::unique_ptr<basalt::Session> s;
+};
+
+basalt::SessionOptions options_of(py::handle o) {
+  if (o.is_none()) return {};
+  if (!py::isinstance<basalt::SessionOptions>(o))
+    throw py::type_error("sess_options must be a basalt.SessionOptions, got " +
+                         std::string(py::str(py::type::of(o).attr("__name__"))));
+  return o.cast<basalt::SessionOptions>();
+}
+
+std::unique_ptr<PySession> open_session(py::object src, py::object sess_options, py::object providers) {
+  basalt::SessionOptions opts = options_of(sess_options);
+  if (!providers.is_none()) {
+    // Accepted so that onnxruntime code runs unchanged; basalt has only the CPU.
+    for (py::handle p : providers) {
+      py::object name = py::isinstance<py::tuple>(p) ? py::reinterpret_borrow<py::tuple>(p)[0] : py::reinterpret_borrow<py::object>(p);
+      if (std::string(py::str(name)) != "CPUExecutionProvider")
+        invalid_argument("basalt runs only on the CPU; unsupported provider " + std::string(py::str(name)));
+    }
+  }
+  auto ps = std::make_unique<PySession>();
+  if (PyBytes_Check(src.ptr()) || PyByteArray_Check(src.ptr()) || PyMemoryView_Check(src.ptr())) {
+    if (PyMemoryView_Check(src.ptr()) && !py::bool_(src.attr("c_contiguous"))) src = py::bytes(src);
+    py::buffer_info buf = py::reinterpret_borrow<py::buffer>(src).request();  // released with the GIL held
+    size_t n = size_t(buf.size * buf.itemsize);
+    // from_bytes copies the bytes before it returns, so the buffer is only needed during the call.
+    {
+      py::gil_scoped_release nogil;
+      ps->s = basalt::Session::from_bytes(buf.ptr, n, opts);
+    }
+  } else {
+    py::object p;
+    try {
+      p = py::module_::import("os").attr("fspath")(src);
+    } catch (py::error_already_set&) {
+      throw py::type_error("InferenceSession takes a path (str or os.PathLike) or the model's bytes, got " +
+                           std::string(py::str(py::type::of(src).attr("__name__"))));
+    }
+    if (!py::isinstance<py::str>(p)) p = p.attr("decode")("utf-8", "surrogateescape");
+    std::string path = p.cast<std::string>();
+    py::gil_scoped_release nogil;
+    ps->s = basalt::Session::open(path, opts);
+  }
+  return ps;
+}
+
+py::list run_session(const PySession& ps, py::object output_names, py::object input_feed, py::object run_options) {
+  const basalt::Session& s = *ps.s;
+  if (!run_options.is_none()) throw py::type_error("basalt has no RunOptions; pass None");
+  std::vector<std::string> names;
+  if (!output_names.is_none()) {
+    if (py::isinstance<py::str>(output_names)) throw py::type_error("output_names must be a list of str or None");
+    for (py::handle n : output_names) {
+      if (!py::isinstance<py::str>(n)) throw py::type_error("output_names must be a list of str or None");
+      names.push_back(n.cast<std::string>());
+    }
+  }
+  if (!py::isinstance<py::dict>(input_feed))
+    throw py::type_error("input_feed must be a dict {input name: numpy array}");
+
+  Keep keep;  // declared first: destroyed last, with the GIL held
+  std::vector<std::pair<std::string, Value>> feeds;
+  for (auto [k, v] : py::reinterpret_borrow<py::dict>(input_feed)) {
+    if (!py::isinstance<py::str>(k)) throw py::type_error("input_feed keys must be str (input names)");
+    std::string name = k.cast<std::string>();
+    const basalt::IoInfo* io = nullptr;
+    for (const auto& i : s.inputs())
+      if (i.name == name) io = &i;
+    // An unknown name is converted anyway; Session::run reports it with the list of valid names.
+    feeds.emplace_back(name, to_value(v, io, name, keep));
+  }
+  std::vector<Range> ranges;
+  for (const py::object& o : keep.arrays) {
+    const py::array& a = static_cast<const py::array&>(o);
+    const char* b = static_cast<const char*>(a.data());
+    ranges.push_back({b, b + a.nbytes()});
+  }
+
+  std::vector<Value> outs;
+  {
+    py::gil_scoped_release nogil;
+    outs = s.run(feeds, names);
+    feeds.clear();  // drop the input views before deciding which outputs are exclusive
+    for (Value& v : outs) make_exclusive(v, ranges);
+  }
+  std::vector<std::string> out_names = names;
+  if (out_names.empty())
+    for (const auto& o : s.outputs()) out_names.push_back(o.name);
+  py::list result;
+  for (size_t i = 0; i < outs.size(); ++i)
+    result.append(to_python(std::move(outs[i]), "output '" + (i < out_names.size() ? out_names[i] : "?") + "'"));
+  return result;
+}
+
+py::dict memory_stats(const PySession& ps) {
+  const basalt::Model& m = ps.s->model();
+  py::dict d;
+  d["weight_bytes"] = m.weight_bytes;
+  d["weight_bytes_in_place"] = m.weight_bytes_in_place;
+  d["weight_bytes_copied"] = m.weight_bytes - m.weight_bytes_in_place;
+  d["model_file_bytes"] = m.file_size;
+  d["memory_limit"] = ps.s->options().memory_limit;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(basalt, m) {
+  m.doc() =
+      "basalt: an ONNX inference runtime for CPUs. InferenceSession follows onnxruntime's API: "
+      "run(output_names or None, {name: numpy array}) returns a list of numpy arrays.";
+  make_exception_types(m);
+
+  py::class_<basalt::SessionOptions>(m, "SessionOptions",
+                                     "Options of an InferenceSession. Unknown attributes are an AttributeError.")
+      .def(py::init<>())
+      .def_property(
+          "intra_op_num_threads", [](const basalt::SessionOptions& o) { return o.threads; },
+          [](basalt::SessionOptions& o, int n) {
+            if (n < 0) throw py::value_error("intra_op_num_threads must be >= 0 (0 = default, 1 today)");
+            o.threads = n == 0 ? 1 : n;
+          },
+          "Threads one run may use inside an op; 0 means the default (1). The reference kernels use one.")
+      .def_property(
+          "threads", [](const basalt::SessionOptions& o) { return o.threads; },
+          [](basalt::SessionOptions& o, int n) {
+            if (n < 0) throw py::value_error("threads must be >= 0 (0 = default, 1 today)");
+            o.threads = n == 0 ? 1 : n;
+          },
+          "Alias of intra_op_num_threads.")
+      .def_readwrite("memory_limit", &basalt::SessionOptions::memory_limit,
+                     "Bytes; 0 = no limit. Stored but not enforced yet: the memory planner is the next issue.")
+      .def_readwrite("allow_unsupported", &basalt::SessionOptions::allow_unsupported,
+                     "Load a model that has ops basalt cannot run (running it raises UnsupportedError).")
+      .def("__repr__", [](const basalt::SessionOptions& o) {
+        return "SessionOptions(intra_op_num_threads=" + std::to_string(o.threads) +
+               ", memory_limit=" + std::to_string(o.memory_limit) +
+               ", allow_unsupported=" + (o.allow_unsupported ? "True" : "False") + ")";
+      });
+
+  py::class_<NodeArg>(m, "NodeArg", "Metadata of a graph input or output.")
+      .def_readonly("name", &NodeArg::name)
+      .def_readonly("type", &NodeArg::type, "onnxruntime-style type: 'tensor(float)', 'seq(tensor(int64))', ...")
+      .def_readonly("kind", &NodeArg::kind, "'tensor', 'sequence', 'optional', 'map' or 'unknown'")
+      .def_readonly("shape", &NodeArg::shape,
+                    "List with an int per fixed dim, the symbol (str) per symbolic dim and None per unknown "
+                    "dim; None when the rank itself is unknown.")
+      .def_readonly("dtype", &NodeArg::dtype, "numpy dtype of the elements, None when numpy has none")
+      .def_readonly("has_default", &NodeArg::has_default, "an initializer backs this input: it may be omitted")
+      .def("__repr__", [](const NodeArg& a) {
+        return "NodeArg(name=" + std::string(py::repr(py::str(a.name))) + ", type=" + std::string(py::repr(py::str(a.type))) +
+               ", shape=" + std::string(py::repr(a.shape)) + ")";
+      });
+
+  py::class_<PySession>(m, "InferenceSession",
+                        "A loaded model. Immutable; run() may be called from many threads at once (it "
+                        "releases the GIL).")
+      .def(py::init(&open_session), py::arg("path_or_bytes"), py::arg("sess_options") = py::none(),
+           py::arg("providers") = py::none(),
+           "Loads a model from a path (str or os.PathLike) or from its bytes (bytes, bytearray, memoryview; "
+           "copied). providers is accepted for onnxruntime compatibility; only 'CPUExecutionProvider' is valid.")
+      .def("run", &run_session, py::arg("output_names"), py::arg("input_feed"), py::arg("run_options") = py::none(),
+           "Runs the model. output_names: list of names, or None for all outputs in graph order. input_feed: "
+           "{name: numpy array}; a sequence input takes a list of arrays, an optional input may be None. "
+           "Returns a list with one numpy array per output (a list of arrays for a sequence output, None for "
+           "an empty optional).")
+      .def("get_inputs",
+           [](const PySession& ps) {
+             std::vector<NodeArg> v;
+             for (const auto& io : ps.s->inputs()) v.push_back(make_node_arg(io));
+             return v;
+           })
+      .def("get_outputs",
+           [](const PySession& ps) {
+             std::vector<NodeArg> v;
+             for (const auto& io : ps.s->outputs()) v.push_back(make_node_arg(io));
+             return v;
+           })
+      .def("get_providers", [](const PySession&) { return std::vector<std::string>{"CPUExecutionProvider"}; })
+      .def("memory_stats", &memory_stats,
+           "What basalt measures today, in bytes: weight_bytes (all constant tensors), weight_bytes_in_place "
+           "(of which used in place from the mapped file), weight_bytes_copied, model_file_bytes, memory_limit. "
+           "There is no memory planner yet, so no planned peak is reported.")
+      .def_property_readonly("options", [](const PySession& ps) { return ps.s->options(); });
+}

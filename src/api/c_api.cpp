@@ -1,0 +1,426 @@
+// The C API (include/basalt/c_api.h) over the C++ API.
+//
+// Every entry point that can fail runs its body inside guarded(), which turns any exception
+// (basalt::Error, std::bad_alloc, anything else) into a basalt_status. That is the only place
+// exceptions stop, so nothing can unwind into C code.
+#include <basalt/basalt.hpp>
+#include <basalt/c_api.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+using basalt::DType;
+using basalt::Tensor;
+using basalt::Value;
+
+struct basalt_status {
+  int32_t code;
+  std::string message;
+  bool is_static;  // the preallocated out-of-memory status: destroy must not free it
+};
+
+struct basalt_session {
+  std::unique_ptr<basalt::Session> session;
+  // dim_names arrays handed out by *_info: pointers into the session's IoInfo strings, which never
+  // change after the session is created.
+  std::vector<std::vector<const char*>> input_dim_names, output_dim_names;
+};
+
+struct basalt_tensor {
+  Tensor tensor;
+};
+
+namespace {
+
+// Returned when even allocating a status fails. Built at library load, so handing it out
+// allocates nothing.
+basalt_status g_out_of_memory{BASALT_STATUS_OUT_OF_MEMORY, "out of memory", true};
+
+basalt_status* make_status(int32_t code, const char* message) noexcept {
+  try {
+    return new basalt_status{code, message, false};
+  } catch (...) {
+    return &g_out_of_memory;
+  }
+}
+
+// An error the C layer itself detects (bad pointer, bad struct_size, ...).
+[[noreturn]] void fail(int32_t code, const std::string& message) {
+  throw basalt::Error(static_cast<basalt::ErrorCode>(code), message);
+}
+[[noreturn]] void invalid(const std::string& message) { fail(BASALT_STATUS_INVALID_ARGUMENT, message); }
+
+template <class F>
+basalt_status* guarded(F&& body) noexcept {
+  try {
+    body();
+    return nullptr;
+  } catch (const basalt::Error& e) {
+    return make_status(static_cast<int32_t>(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return &g_out_of_memory;
+  } catch (const std::exception& e) {
+    try {
+      return make_status(BASALT_STATUS_INTERNAL, (std::string("internal error: ") + e.what()).c_str());
+    } catch (...) {
+      return &g_out_of_memory;
+    }
+  } catch (...) {
+    return make_status(BASALT_STATUS_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+// struct_size above this is certainly an uninitialised field, not a struct from a newer header.
+constexpr size_t kMaxStructSize = 4096;
+
+// Checks an in-struct's struct_size: at least the version-1 size, and any bytes beyond what this
+// library knows must be zero (they would be fields of a newer header, set to non-defaults).
+void check_in_struct(const void* p, size_t struct_size, size_t v1_size, size_t known_size, const char* what) {
+  if (struct_size < v1_size || struct_size > kMaxStructSize)
+    invalid(std::string(what) + ".struct_size is " + std::to_string(struct_size) + "; set it to sizeof(" + what + ")");
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = known_size; i < struct_size; ++i)
+    if (b[i] != 0)
+      fail(BASALT_STATUS_UNSUPPORTED, std::string(what) + " sets a field at byte offset " + std::to_string(i) +
+                                          " that this library (API version " + std::to_string(BASALT_API_VERSION) +
+                                          ") does not know");
+}
+
+basalt::SessionOptions read_options(const basalt_session_options* o) {
+  basalt::SessionOptions so;
+  if (!o) return so;
+  // Version 1 ends after memory_limit; later versions only append.
+  constexpr size_t kV1 = offsetof(basalt_session_options, memory_limit) + sizeof(uint64_t);
+  check_in_struct(o, o->struct_size, kV1, sizeof(basalt_session_options), "basalt_session_options");
+  if (o->threads < 0) invalid("basalt_session_options.threads must be >= 0 (0 = default), got " + std::to_string(o->threads));
+  so.threads = o->threads == 0 ? 1 : o->threads;
+  so.allow_unsupported = o->allow_unsupported != 0;
+  so.memory_limit = o->memory_limit;
+  return so;
+}
+
+basalt_session* wrap_session(std::unique_ptr<basalt::Session> s) {
+  auto w = std::make_unique<basalt_session>();
+  auto names = [](const std::vector<basalt::IoInfo>& infos, std::vector<std::vector<const char*>>& out) {
+    for (const auto& io : infos) {
+      std::vector<const char*> v;
+      for (const auto& n : io.dim_params) v.push_back(n.c_str());
+      out.push_back(std::move(v));
+    }
+  };
+  names(s->inputs(), w->input_dim_names);
+  names(s->outputs(), w->output_dim_names);
+  w->session = std::move(s);
+  return w.release();
+}
+
+int32_t kind_code(const std::string& kind) {
+  if (kind == "tensor") return BASALT_VALUE_KIND_TENSOR;
+  if (kind == "sequence") return BASALT_VALUE_KIND_SEQUENCE;
+  if (kind == "optional") return BASALT_VALUE_KIND_OPTIONAL;
+  if (kind == "map") return BASALT_VALUE_KIND_MAP;
+  if (kind == "sparse_tensor") return BASALT_VALUE_KIND_SPARSE_TENSOR;
+  return BASALT_VALUE_KIND_UNKNOWN;
+}
+
+void fill_info(const basalt_session* s, size_t index, basalt_io_info* info, bool input) {
+  if (!s) invalid("session is NULL");
+  if (!info) invalid("info is NULL");
+  constexpr size_t kV1 = offsetof(basalt_io_info, dim_names) + sizeof(const char* const*);
+  if (info->struct_size < kV1 || info->struct_size > kMaxStructSize)
+    invalid("basalt_io_info.struct_size is " + std::to_string(info->struct_size) + "; set it to sizeof(basalt_io_info)");
+  const auto& infos = input ? s->session->inputs() : s->session->outputs();
+  const char* what = input ? "input" : "output";
+  if (index >= infos.size())
+    invalid(std::string(what) + " index " + std::to_string(index) + " is out of range: the model has " +
+            std::to_string(infos.size()) + " " + what + "s");
+  const basalt::IoInfo& io = infos[index];
+  const auto& dim_names = (input ? s->input_dim_names : s->output_dim_names)[index];
+  size_t struct_size = info->struct_size;
+  basalt_io_info r{};
+  r.struct_size = struct_size;
+  r.name = io.name.c_str();
+  r.kind = kind_code(io.kind);
+  r.dtype = static_cast<int32_t>(io.dtype);
+  r.has_shape = io.has_shape ? 1 : 0;
+  r.has_default = io.has_default ? 1 : 0;
+  r.rank = io.shape.size();
+  r.dims = io.shape.empty() ? nullptr : io.shape.data();
+  r.dim_names = dim_names.empty() ? nullptr : dim_names.data();
+  // Write what this library knows, zero what a newer header added.
+  size_t n = struct_size < sizeof(r) ? struct_size : sizeof(r);
+  std::memcpy(info, &r, n);
+  if (struct_size > sizeof(r)) std::memset(reinterpret_cast<unsigned char*>(info) + sizeof(r), 0, struct_size - sizeof(r));
+}
+
+DType checked_dtype(int32_t dtype) {
+  if (!basalt::dtype_is_known(dtype))
+    invalid("unknown element type " + std::to_string(dtype) + " (expected a BASALT_DTYPE_* value)");
+  return static_cast<DType>(dtype);
+}
+
+basalt::Shape checked_shape(const int64_t* shape, size_t rank) {
+  // ONNX has no rank limit; this only catches a garbage rank before it allocates gigabytes.
+  constexpr size_t kMaxRank = 1024;
+  if (rank > kMaxRank) invalid("rank " + std::to_string(rank) + " is too large (at most " + std::to_string(kMaxRank) + ")");
+  if (rank > 0 && !shape) invalid("shape is NULL but rank is " + std::to_string(rank));
+  basalt::Shape s(shape, shape + rank);
+  for (size_t i = 0; i < rank; ++i)
+    if (s[i] < 0) invalid("dimension " + std::to_string(i) + " of shape " + basalt::shape_str(s) + " is negative");
+  return s;
+}
+
+// Alignment that the element type's C++ accesses need (complex types are pairs of scalars).
+size_t element_alignment(DType t) {
+  if (t == DType::Complex64) return 4;
+  if (t == DType::Complex128) return 8;
+  return basalt::dtype_size(t);
+}
+
+basalt_tensor* wrap_tensor(Tensor t) { return new basalt_tensor{std::move(t)}; }
+
+const std::string& string_element(const basalt_tensor* tensor, int64_t index) {
+  if (!tensor) invalid("tensor is NULL");
+  const Tensor& t = tensor->tensor;
+  if (t.dtype() != DType::String)
+    invalid(std::string("tensor is ") + basalt::dtype_name(t.dtype()) + ", not string");
+  if (index < 0 || index >= t.numel())
+    invalid("string index " + std::to_string(index) + " is out of range for shape " + basalt::shape_str(t.shape()));
+  return t.data<std::string>()[index];
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t basalt_api_version(void) { return BASALT_API_VERSION; }
+
+// ---- status ----
+
+int32_t basalt_status_code(const basalt_status* status) { return status ? status->code : BASALT_STATUS_OK; }
+
+const char* basalt_status_message(const basalt_status* status) { return status ? status->message.c_str() : ""; }
+
+const char* basalt_status_code_name(int32_t code) {
+  switch (code) {
+    case BASALT_STATUS_OK: return "ok";
+    case BASALT_STATUS_INVALID_MODEL: case BASALT_STATUS_INVALID_ARGUMENT: case BASALT_STATUS_UNSUPPORTED:
+    case BASALT_STATUS_MEMORY_LIMIT: case BASALT_STATUS_IO: case BASALT_STATUS_INTERNAL:
+      return basalt::error_code_name(static_cast<basalt::ErrorCode>(code));
+    case BASALT_STATUS_OUT_OF_MEMORY: return "out of memory";
+    default: return "unknown";
+  }
+}
+
+void basalt_status_destroy(basalt_status* status) {
+  if (status && !status->is_static) delete status;
+}
+
+// ---- element types ----
+
+const char* basalt_dtype_name(int32_t dtype) {
+  if (dtype == 0) return "undefined";
+  return basalt::dtype_is_known(dtype) ? basalt::dtype_name(static_cast<DType>(dtype)) : "unknown";
+}
+
+size_t basalt_dtype_size(int32_t dtype) {
+  if (!basalt::dtype_is_known(dtype) || dtype == BASALT_DTYPE_STRING) return 0;
+  return basalt::dtype_size(static_cast<DType>(dtype));
+}
+
+// ---- sessions ----
+
+basalt_status* basalt_session_create_from_path(const char* path, const basalt_session_options* options,
+                                               basalt_session** out) {
+  if (out) *out = nullptr;
+  return guarded([&] {
+    if (!out) invalid("out is NULL");
+    if (!path) invalid("path is NULL");
+    basalt::SessionOptions so = read_options(options);
+    *out = wrap_session(basalt::Session::open(path, so));
+  });
+}
+
+basalt_status* basalt_session_create_from_bytes(const void* data, size_t size, const basalt_session_options* options,
+                                                basalt_session** out) {
+  if (out) *out = nullptr;
+  return guarded([&] {
+    if (!out) invalid("out is NULL");
+    if (!data && size) invalid("data is NULL but size is " + std::to_string(size));
+    basalt::SessionOptions so = read_options(options);
+    *out = wrap_session(basalt::Session::from_bytes(data ? data : "", size, so));
+  });
+}
+
+void basalt_session_destroy(basalt_session* session) { delete session; }
+
+size_t basalt_session_input_count(const basalt_session* session) {
+  return session ? session->session->inputs().size() : 0;
+}
+
+size_t basalt_session_output_count(const basalt_session* session) {
+  return session ? session->session->outputs().size() : 0;
+}
+
+basalt_status* basalt_session_input_info(const basalt_session* session, size_t index, basalt_io_info* info) {
+  return guarded([&] { fill_info(session, index, info, true); });
+}
+
+basalt_status* basalt_session_output_info(const basalt_session* session, size_t index, basalt_io_info* info) {
+  return guarded([&] { fill_info(session, index, info, false); });
+}
+
+// ---- tensors ----
+
+basalt_status* basalt_tensor_create(int32_t dtype, const int64_t* shape, size_t rank, basalt_tensor** out) {
+  if (out) *out = nullptr;
+  return guarded([&] {
+    if (!out) invalid("out is NULL");
+    DType dt = checked_dtype(dtype);
+    *out = wrap_tensor(Tensor(dt, checked_shape(shape, rank)));
+  });
+}
+
+basalt_status* basalt_tensor_create_view(int32_t dtype, const int64_t* shape, size_t rank, void* data,
+                                         size_t data_bytes, basalt_tensor** out) {
+  if (out) *out = nullptr;
+  return guarded([&] {
+    if (!out) invalid("out is NULL");
+    DType dt = checked_dtype(dtype);
+    if (dt == DType::String) fail(BASALT_STATUS_UNSUPPORTED, "a string tensor cannot view caller memory; use basalt_tensor_create");
+    basalt::Shape s = checked_shape(shape, rank);
+    // Element count and byte size, overflow-checked: the shape comes from the caller.
+    uint64_t n = 1;
+    for (int64_t d : s) {
+      if (d != 0 && n > std::numeric_limits<uint64_t>::max() / uint64_t(d)) invalid("shape " + basalt::shape_str(s) + " overflows");
+      n *= uint64_t(d);
+    }
+    size_t es = basalt::dtype_size(dt);
+    if (n > std::numeric_limits<uint64_t>::max() / es) invalid("shape " + basalt::shape_str(s) + " overflows");
+    uint64_t need = n * es;
+    if (need > data_bytes)
+      invalid("a " + std::string(basalt::dtype_name(dt)) + " tensor of shape " + basalt::shape_str(s) + " needs " +
+              std::to_string(need) + " bytes, but data_bytes is " + std::to_string(data_bytes));
+    if (!data && need) invalid("data is NULL");
+    if (data && reinterpret_cast<uintptr_t>(data) % element_alignment(dt) != 0)
+      invalid("data is not aligned to " + std::to_string(element_alignment(dt)) + " bytes, as " + basalt::dtype_name(dt) +
+              " elements need");
+    // No keep-alive: the caller owns the memory and guarantees its lifetime (see the header).
+    *out = wrap_tensor(Tensor::view(dt, std::move(s), data, nullptr));
+  });
+}
+
+void basalt_tensor_destroy(basalt_tensor* tensor) { delete tensor; }
+
+int32_t basalt_tensor_dtype(const basalt_tensor* tensor) {
+  return tensor ? static_cast<int32_t>(tensor->tensor.dtype()) : BASALT_DTYPE_UNDEFINED;
+}
+
+size_t basalt_tensor_rank(const basalt_tensor* tensor) { return tensor ? tensor->tensor.shape().size() : 0; }
+
+const int64_t* basalt_tensor_shape(const basalt_tensor* tensor) {
+  if (!tensor || tensor->tensor.shape().empty()) return nullptr;
+  return tensor->tensor.shape().data();
+}
+
+int64_t basalt_tensor_element_count(const basalt_tensor* tensor) { return tensor ? tensor->tensor.numel() : 0; }
+
+size_t basalt_tensor_byte_size(const basalt_tensor* tensor) {
+  if (!tensor || tensor->tensor.dtype() == DType::String) return 0;
+  return tensor->tensor.nbytes();
+}
+
+const void* basalt_tensor_data(const basalt_tensor* tensor) {
+  if (!tensor || tensor->tensor.dtype() == DType::String) return nullptr;
+  return tensor->tensor.raw();
+}
+
+void* basalt_tensor_mutable_data(basalt_tensor* tensor) {
+  if (!tensor || tensor->tensor.dtype() == DType::String) return nullptr;
+  return tensor->tensor.raw();
+}
+
+basalt_status* basalt_tensor_get_string(const basalt_tensor* tensor, int64_t index, const char** data,
+                                        size_t* length) {
+  if (data) *data = nullptr;
+  if (length) *length = 0;
+  return guarded([&] {
+    if (!data || !length) invalid("data or length is NULL");
+    const std::string& s = string_element(tensor, index);
+    *data = s.data();
+    *length = s.size();
+  });
+}
+
+basalt_status* basalt_tensor_set_string(basalt_tensor* tensor, int64_t index, const char* data, size_t length) {
+  return guarded([&] {
+    if (!data && length) invalid("data is NULL but length is " + std::to_string(length));
+    const std::string& s = string_element(tensor, index);
+    const_cast<std::string&>(s).assign(data ? data : "", length);
+  });
+}
+
+// ---- running ----
+
+basalt_status* basalt_session_run(const basalt_session* session, const basalt_run_options* options,
+                                  const char* const* input_names, const basalt_tensor* const* inputs,
+                                  size_t input_count, const char* const* output_names, basalt_tensor** outputs,
+                                  size_t output_count) {
+  if (outputs)
+    for (size_t i = 0; i < output_count; ++i) outputs[i] = nullptr;
+  return guarded([&] {
+    if (!session) invalid("session is NULL");
+    if (options) check_in_struct(options, options->struct_size, sizeof(size_t), sizeof(basalt_run_options), "basalt_run_options");
+    if (input_count && (!input_names || !inputs)) invalid("input_names or inputs is NULL but input_count is " + std::to_string(input_count));
+    if (output_count && !outputs) invalid("outputs is NULL but output_count is " + std::to_string(output_count));
+    const basalt::Session& s = *session->session;
+
+    std::vector<std::pair<std::string, Value>> feeds;
+    for (size_t i = 0; i < input_count; ++i) {
+      if (!input_names[i]) invalid("input_names[" + std::to_string(i) + "] is NULL");
+      if (inputs[i]) {
+        feeds.emplace_back(input_names[i], Value(inputs[i]->tensor));
+      } else {
+        feeds.emplace_back(input_names[i], Value());  // an empty optional
+      }
+    }
+    std::vector<std::string> names;
+    if (output_names) {
+      for (size_t i = 0; i < output_count; ++i) {
+        if (!output_names[i]) invalid("output_names[" + std::to_string(i) + "] is NULL");
+        names.emplace_back(output_names[i]);
+      }
+    } else if (output_count != s.outputs().size()) {
+      invalid("output_names is NULL, so output_count must be the model's output count " +
+              std::to_string(s.outputs().size()) + ", got " + std::to_string(output_count));
+    }
+    if (output_names && output_count == 0) return;  // nothing asked for; don't run
+
+    std::vector<Value> res = s.run(feeds, names);
+    // Build every output before handing any out, so a failure leaves outputs all NULL.
+    std::vector<std::unique_ptr<basalt_tensor>> made(res.size());
+    for (size_t i = 0; i < res.size(); ++i) {
+      const std::string& name = output_names ? names[i] : s.outputs()[i].name;
+      Value& v = res[i];
+      if (v.is_none()) continue;
+      if (!v.is_tensor())
+        fail(BASALT_STATUS_UNSUPPORTED, "output '" + name + "' is a sequence; the C API returns only tensors");
+      Tensor t = std::move(v.tensor);
+      // An output must own its memory exclusively: a node such as Identity can forward a weight
+      // (the session's, possibly a read-only mapping), a caller's input buffer, or another
+      // output. The caller may write or free that memory, so such outputs are copied. After the
+      // run nothing but `t` holds a fresh result, so any other holder means sharing.
+      if (t.storage() && (!t.storage()->owned || t.storage().use_count() > 1)) t = t.clone();
+      made[i].reset(wrap_tensor(std::move(t)));
+    }
+    for (size_t i = 0; i < made.size() && i < output_count; ++i) outputs[i] = made[i].release();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,385 @@
+"""basalt's Python API: metadata, input/output conversion and aliasing, errors, threads, and the
+PaddleOCR detector against ONNX Runtime's cached outputs."""
+import glob
+import importlib.util
+import json
+import os
+import pathlib
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import basalt
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODELS = ROOT / "models"
+DET = MODELS / "ppocr_v4_det.onnx"
+
+
+def save(tmp_path, nodes, inputs, outputs, inits=(), name="m.onnx", opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    p = tmp_path / name
+    onnx.save(m, str(p))
+    return p
+
+
+@pytest.fixture
+def relu_model(tmp_path):
+    """y = Relu(x), x: float[N, 3] with symbolic N."""
+    return save(tmp_path, [helper.make_node("Relu", ["x"], ["y"])],
+                [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])])
+
+
+# ---------------------------------------------------------------- metadata
+
+def test_symbolic_dims_metadata(tmp_path):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, None])
+    x.type.tensor_type.shape.dim[2].Clear()  # a dim with neither value nor symbol: unknown
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, None)  # unknown rank
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, None])
+    y.type.tensor_type.shape.dim[2].Clear()
+    n = helper.make_tensor_value_info("n", TensorProto.INT64, [])
+    p = save(tmp_path, [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Size", ["ids"], ["n"])],
+             [x, ids], [y, n])
+    s = basalt.InferenceSession(str(p))
+    ins, outs = s.get_inputs(), s.get_outputs()
+    assert [i.name for i in ins] == ["x", "ids"]
+    assert ins[0].shape == ["batch", 3, None]
+    assert ins[0].type == "tensor(float)" and ins[0].dtype == np.float32
+    assert ins[1].shape is None and ins[1].type == "tensor(int64)"
+    assert [o.name for o in outs] == ["y", "n"]
+    assert outs[1].shape == [] and outs[1].type == "tensor(int64)"
+    assert "batch" in repr(ins[0])
+
+
+def test_ppocr_metadata():
+    if not DET.exists():
+        pytest.skip(f"{DET} not present (make demo fetches it)")
+    s = basalt.InferenceSession(str(DET))
+    (i,), (o,) = s.get_inputs(), s.get_outputs()
+    assert i.name == "x" and i.type == "tensor(float)"
+    assert len(i.shape) == 4 and i.shape[1] == 3 and all(isinstance(d, str) for d in (i.shape[0], i.shape[2], i.shape[3]))
+    assert o.type == "tensor(float)" and o.shape[1] == 1
+    st = s.memory_stats()
+    assert st["model_file_bytes"] == DET.stat().st_size
+    assert 0 < st["weight_bytes"] <= st["model_file_bytes"]
+    assert st["weight_bytes_in_place"] + st["weight_bytes_copied"] == st["weight_bytes"]
+
+
+def test_types_of_sequences_and_providers(tmp_path):
+    p = save(tmp_path, [helper.make_node("SequenceConstruct", ["a", "b"], ["s"])],
+             [helper.make_tensor_value_info("a", TensorProto.INT32, [2]),
+              helper.make_tensor_value_info("b", TensorProto.INT32, [2])],
+             [helper.make_tensor_sequence_value_info("s", TensorProto.INT32, None)])
+    s = basalt.InferenceSession(p, providers=["CPUExecutionProvider"])  # os.PathLike accepted
+    assert s.get_outputs()[0].type == "seq(tensor(int32))"
+    assert s.get_providers() == ["CPUExecutionProvider"]
+    out = s.run(None, {"a": np.array([1, 2], np.int32), "b": np.array([3, 4], np.int32)})
+    assert isinstance(out[0], list) and [a.tolist() for a in out[0]] == [[1, 2], [3, 4]]
+
+
+# ---------------------------------------------------------------- inputs and outputs
+
+def test_run_basic_and_bytes(relu_model):
+    x = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    for src in (str(relu_model), relu_model.read_bytes(), bytearray(relu_model.read_bytes())):
+        s = basalt.InferenceSession(src)
+        (y,) = s.run(None, {"x": x})
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+        (y2,) = s.run(["y"], {"x": x})
+        np.testing.assert_array_equal(y2, y)
+
+
+def test_output_is_zero_copy_and_writable(relu_model):
+    s = basalt.InferenceSession(str(relu_model))
+    (y,) = s.run(None, {"x": np.ones((4, 3), np.float32)})
+    # the run's own tensor, handed over through a capsule (no copy)
+    assert type(y.base).__name__ == "PyCapsule"
+    assert y.flags.writeable and y.flags.c_contiguous
+    y[:] = 7  # the caller owns it
+    del y
+
+
+def test_noncontiguous_and_byteswapped_inputs(relu_model):
+    s = basalt.InferenceSession(str(relu_model))
+    base = np.arange(-12, 12, dtype=np.float32).reshape(4, 6)
+    strided = base[:, ::2]
+    assert not strided.flags.c_contiguous
+    (y,) = s.run(None, {"x": strided})
+    np.testing.assert_array_equal(y, np.maximum(strided, 0))
+    swapped = np.ascontiguousarray(strided).astype(">f4")
+    (y,) = s.run(None, {"x": swapped})
+    np.testing.assert_array_equal(y, np.maximum(strided, 0))
+
+
+def test_identity_output_does_not_alias_input(tmp_path):
+    p = save(tmp_path, [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Reshape", ["x", "shape"], ["z"])],
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+              helper.make_tensor_value_info("z", TensorProto.FLOAT, [6])],
+             inits=[numpy_helper.from_array(np.array([6], np.int64), "shape")])
+    s = basalt.InferenceSession(str(p))
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y, z = s.run(None, {"x": x})
+    assert not np.shares_memory(y, x) and not np.shares_memory(z, x)
+    x[:] = -1
+    np.testing.assert_array_equal(y, np.arange(6, dtype=np.float32).reshape(2, 3))
+    np.testing.assert_array_equal(z, np.arange(6, dtype=np.float32))
+
+
+def test_weight_output_cannot_change_the_session(tmp_path):
+    w = np.arange(16, dtype=np.float32).reshape(4, 4)
+    p = save(tmp_path, [helper.make_node("Identity", ["w"], ["v"]), helper.make_node("Add", ["x", "w"], ["y"])],
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 4])],
+             [helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 4]),
+              helper.make_tensor_value_info("v", TensorProto.FLOAT, [4, 4]),
+              helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 4])],
+             inits=[numpy_helper.from_array(w, "w")])
+    s = basalt.InferenceSession(str(p))
+    x = np.zeros((4, 4), np.float32)
+    w_out, v_out, y = s.run(None, {"x": x})
+    assert not np.shares_memory(w_out, v_out)
+    w_out[:] = 100  # writable copies: the session's weight must not change
+    v_out[:] = 100
+    w2, v2, y2 = s.run(None, {"x": x})
+    np.testing.assert_array_equal(w2, w)
+    np.testing.assert_array_equal(y2, w)
+
+
+def test_strings_bools_and_optional(tmp_path):
+    p = save(tmp_path, [helper.make_node("Identity", ["s"], ["t"]), helper.make_node("Not", ["b"], ["nb"])],
+             [helper.make_tensor_value_info("s", TensorProto.STRING, [2]),
+              helper.make_tensor_value_info("b", TensorProto.BOOL, [3])],
+             [helper.make_tensor_value_info("t", TensorProto.STRING, [2]),
+              helper.make_tensor_value_info("nb", TensorProto.BOOL, [3])])
+    s = basalt.InferenceSession(str(p))
+    t, nb = s.run(None, {"s": np.array(["héllo", "x"]), "b": np.array([True, False, True])})
+    assert t.tolist() == ["héllo", "x"]
+    assert nb.dtype == np.bool_ and nb.tolist() == [False, True, False]
+    (t,) = s.run(["t"], {"s": np.array([b"a", b"b"], dtype=object), "b": np.zeros(3, bool)})
+    assert t.tolist() == ["a", "b"]
+
+
+# ---------------------------------------------------------------- errors
+
+def test_bad_path():
+    with pytest.raises(basalt.BasaltIOError, match="nonexistent"):
+        basalt.InferenceSession("/nonexistent/model.onnx")
+    with pytest.raises(OSError):
+        basalt.InferenceSession("/nonexistent/model.onnx")
+
+
+def test_garbage_bytes(tmp_path):
+    with pytest.raises(basalt.InvalidModelError):
+        basalt.InferenceSession(b"\x08\x07garbage, not a protobuf \xff\xff\xff")
+    f = tmp_path / "garbage.onnx"
+    f.write_bytes(os.urandom(1000))
+    with pytest.raises(basalt.BasaltError):
+        basalt.InferenceSession(str(f))
+    with pytest.raises(TypeError):
+        basalt.InferenceSession(12345)
+
+
+def test_wrong_inputs(relu_model):
+    s = basalt.InferenceSession(str(relu_model))
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(basalt.InvalidArgumentError, match=r"unknown input 'nope'.*x"):
+        s.run(None, {"nope": x})
+    with pytest.raises(ValueError, match="expected dtype float32, got float64"):
+        s.run(None, {"x": x.astype(np.float64)})
+    with pytest.raises(basalt.InvalidArgumentError, match="rank"):
+        s.run(None, {"x": np.zeros((2, 3, 1), np.float32)})
+    with pytest.raises(basalt.InvalidArgumentError, match="dimension 1 must be 3"):
+        s.run(None, {"x": np.zeros((2, 4), np.float32)})
+    with pytest.raises(basalt.InvalidArgumentError, match="required"):
+        s.run(None, {})
+    with pytest.raises(basalt.InvalidArgumentError, match="unknown output 'zz'"):
+        s.run(["zz"], {"x": x})
+    with pytest.raises(basalt.InvalidArgumentError, match="no ONNX equivalent"):
+        s.run(None, {"x": np.zeros((2, 3), "datetime64[s]")})
+    with pytest.raises(basalt.InvalidArgumentError, match="None"):
+        s.run(None, {"x": None})
+    with pytest.raises(TypeError):
+        s.run(None, [x])
+    with pytest.raises(TypeError):
+        s.run("y", {"x": x})
+    # the session still works after every error
+    (y,) = s.run(None, {"x": x})
+    assert y.shape == (2, 3)
+
+
+def test_options(relu_model):
+    o = basalt.SessionOptions()
+    assert o.intra_op_num_threads == 1 and o.memory_limit == 0 and o.allow_unsupported is False
+    o.intra_op_num_threads = 4
+    assert o.threads == 4
+    o.memory_limit = 1 << 30
+    with pytest.raises(ValueError):
+        o.intra_op_num_threads = -1
+    with pytest.raises(AttributeError):
+        o.graph_optimization_level = 99  # not a basalt knob: no silent acceptance
+    s = basalt.InferenceSession(str(relu_model), o)
+    assert s.options.intra_op_num_threads == 4 and s.memory_stats()["memory_limit"] == 1 << 30
+    with pytest.raises(TypeError):
+        basalt.InferenceSession(str(relu_model), sess_options="fast")
+    with pytest.raises(basalt.InvalidArgumentError, match="CUDA"):
+        basalt.InferenceSession(str(relu_model), providers=["CUDAExecutionProvider"])
+
+
+def test_allow_unsupported(tmp_path):
+    p = save(tmp_path, [helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")],
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = onnx.load(str(p))
+    m.opset_import.append(helper.make_opsetid("com.example", 1))
+    onnx.save(m, str(p))
+    with pytest.raises(basalt.UnsupportedError, match="NoSuchOp"):
+        basalt.InferenceSession(str(p))
+    o = basalt.SessionOptions()
+    o.allow_unsupported = True
+    s = basalt.InferenceSession(str(p), o)
+    with pytest.raises(basalt.BasaltError, match="NoSuchOp"):
+        s.run(None, {"x": np.zeros(1, np.float32)})
+
+
+def test_exception_hierarchy():
+    assert issubclass(basalt.BasaltError, RuntimeError)
+    for cls, builtin in [(basalt.InvalidModelError, ValueError), (basalt.InvalidArgumentError, ValueError),
+                         (basalt.UnsupportedError, NotImplementedError), (basalt.MemoryLimitError, MemoryError),
+                         (basalt.BasaltIOError, OSError), (basalt.InternalError, RuntimeError)]:
+        assert issubclass(cls, basalt.BasaltError) and issubclass(cls, builtin)
+
+
+# ---------------------------------------------------------------- threads
+
+def det_session_or_skip():
+    if not DET.exists():
+        pytest.skip(f"{DET} not present (make demo fetches it)")
+    return basalt.InferenceSession(str(DET))
+
+
+def test_four_threads_one_session():
+    s = det_session_or_skip()
+    rs = np.random.RandomState(7)
+    xs = [rs.uniform(-1, 1, (1, 3, 96 + 32 * i, 128)).astype(np.float32) for i in range(8)]
+    seq = [s.run(None, {"x": x})[0] for x in xs]
+    got = [None] * len(xs)
+    errors = []
+
+    def work(t):
+        try:
+            for k in range(t, len(xs), 4):
+                got[k] = s.run(None, {"x": xs[k]})[0]
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for a, b in zip(got, seq):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_gil_released_during_run():
+    """While one thread is inside run(), another thread keeps executing Python code."""
+    s = det_session_or_skip()
+    x = np.random.RandomState(0).uniform(-1, 1, (1, 3, 320, 320)).astype(np.float32)
+    span = {}
+    ticks = []
+    done = threading.Event()
+
+    def work():
+        span["start"] = time.perf_counter()
+        s.run(None, {"x": x})
+        span["end"] = time.perf_counter()
+        done.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    while not done.is_set():
+        ticks.append(time.perf_counter())
+    t.join()
+    a, b = span["start"], span["end"]
+    lo, hi = a + 0.25 * (b - a), b - 0.25 * (b - a)
+    # with the GIL held for the whole run, no tick could fall in the middle half of it
+    assert any(lo <= v <= hi for v in ticks), f"no Python progress during a {b - a:.3f} s run"
+
+
+# ---------------------------------------------------------------- a real model vs ONNX Runtime
+
+def load_parity_module():
+    path = ROOT / "tests" / "parity" / "run_parity.py"
+    if not path.exists():
+        return None
+    spec = importlib.util.spec_from_file_location("run_parity", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ppocr_det_matches_ort_cache():
+    """ppocr_v4_det at 320x320 with the parity suite's seeded input, against the ORT output that
+    tests/parity/run_parity.py cached in models/.ort_cache; same acceptance rule as that suite."""
+    s = det_session_or_skip()
+    rp = load_parity_module()
+    if rp is None:
+        pytest.skip("tests/parity/run_parity.py missing")
+    case = [c for c in rp.real_cases(str(MODELS), False) if c.model_name == "ppocr_v4_det" and c.shape_name == "320x320"]
+    if not case:
+        pytest.skip("no ppocr_v4_det 320x320 case in tests/models/real_models.json")
+    (name, x), = case[0].make_inputs()
+    ref = None
+    for f in glob.glob(str(MODELS / ".ort_cache" / "*" / "outputs.json")):
+        meta = json.load(open(f))
+        if len(meta) == 1 and meta[0]["name"] == s.get_outputs()[0].name and meta[0]["shape"] == [1, 1, 320, 320]:
+            ref = np.load(os.path.join(os.path.dirname(f), meta[0]["file"]))
+    if ref is None:
+        pytest.skip("no cached ORT output for ppocr_v4_det 320x320 (run tests/parity/run_parity.py once)")
+    (got,) = s.run(None, {name: x})
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    rel = np.linalg.norm(got.astype(np.float64) - ref) / max(np.linalg.norm(ref.astype(np.float64)), 1e-30)
+    maxabs = float(np.max(np.abs(got.astype(np.float64) - ref)))
+    assert rel <= 1e-3 or maxabs <= 1e-6, f"rel L2 {rel:.3g}, max abs {maxabs:.3g}"
+
+
+def test_sequence_items_zero_copy_unless_shared(tmp_path):
+    p = save(tmp_path, [helper.make_node("Relu", ["a"], ["r"]), helper.make_node("SequenceConstruct", ["r", "a"], ["s"])],
+             [helper.make_tensor_value_info("a", TensorProto.FLOAT, [3])],
+             [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, None)])
+    s = basalt.InferenceSession(str(p))
+    a = np.array([-1, 0, 2], np.float32)
+    (seq,) = s.run(None, {"a": a})
+    assert type(seq[0].base).__name__ == "PyCapsule"  # the run's own tensor: no copy
+    assert not np.shares_memory(seq[1], a)  # the input itself: copied
+    np.testing.assert_array_equal(seq[1], a)
+
+
+def test_int4_input_as_int8(tmp_path):
+    p = save(tmp_path, [helper.make_node("Cast", ["q"], ["f"], to=TensorProto.FLOAT)],
+             [helper.make_tensor_value_info("q", 22, [4])],  # 22 = INT4 (onnx 1.12 has no name for it)
+             [helper.make_tensor_value_info("f", TensorProto.FLOAT, [4])], opset=21)
+    m = onnx.load(str(p))
+    m.ir_version = 10
+    onnx.save(m, str(p))
+    s = basalt.InferenceSession(str(p))
+    assert s.get_inputs()[0].type == "tensor(int4)"
+    (f,) = s.run(None, {"q": np.array([-8, -1, 0, 7], np.int8)})
+    assert f.tolist() == [-8, -1, 0, 7]
+    with pytest.raises(basalt.InvalidArgumentError, match="out of range for int4"):
+        s.run(None, {"q": np.array([8, 0, 0, 0], np.int8)})
+
+
+def test_memoryview_model(relu_model):
+    data = relu_model.read_bytes()
+    s = basalt.InferenceSession(memoryview(data))
+    assert s.get_inputs()[0].name == "x"
