@@ -168,9 +168,9 @@ Tensor string_tensor(const py::array& a, const std::string& what) {
 }
 
 // A numpy array (or anything np.asarray accepts) as a Tensor. `want` is the model's dtype for this
-// input (Undefined when unknown); it only matters for bfloat16, which numpy lacks: a float32
-// array given for a bfloat16 input is rounded to bfloat16 (a copy), a uint16 array is taken as
-// the raw bfloat16 bits (a view).
+// input (Undefined when unknown); it only matters for dtypes numpy lacks: a float32 array given
+// for a bfloat16 input is rounded to bfloat16 (a copy), a uint16 array is taken as the raw
+// bfloat16 bits (a view), and int8/uint8 arrays feed 4- and 2-bit inputs after a range check.
 Tensor to_tensor(py::handle obj, DType want, const std::string& what, Keep& keep) {
   py::module_ np = py::module_::import("numpy");
   py::array a = py::isinstance<py::array>(obj) ? py::reinterpret_borrow<py::array>(obj)

@@ -63,6 +63,8 @@ class Session {
   // Runs the model. `feeds` maps input names to values; every input without a default must be
   // given. `output_names` selects outputs (empty = all, in graph order). Inputs are checked
   // against the model: a wrong name, dtype, rank or fixed dim is an InvalidArgument error.
+  // Returned tensors belong to the caller: none shares storage with a weight, an input or
+  // another output (pass-through outputs are copied), so writing into them is safe.
   std::vector<Value> run(const std::vector<std::pair<std::string, Value>>& feeds,
                          const std::vector<std::string>& output_names = {}) const;
 
@@ -78,6 +80,7 @@ class Session {
 
  private:
   Session() = default;
+  void make_outputs_private(std::vector<Value>& outs, const std::vector<Value>& ins) const;
   static std::unique_ptr<Session> create(std::shared_ptr<Model> m, const SessionOptions& opts);
   struct Impl;
   std::unique_ptr<Impl> impl_;

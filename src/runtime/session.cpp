@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdio>
 #include <set>
+#include <unordered_set>
 
 namespace basalt {
 
@@ -157,6 +158,38 @@ static void check_input(const IoInfo& io, const Value& v) {
   }
 }
 
+// Outputs are the caller's to read and write: an output that shares storage with a weight (which
+// may be a read-only page of the mapped file), with an input, or with an earlier output (a graph
+// that returns one value twice) is copied. Outputs produced fresh by a kernel are not.
+void Session::make_outputs_private(std::vector<Value>& outs, const std::vector<Value>& ins) const {
+  std::unordered_set<const Storage*> shared;
+  for (int c : impl_->model->graph->constants) {
+    const auto& st = impl_->model->graph->values[size_t(c)].initializer.storage();
+    if (st) shared.insert(st.get());
+  }
+  auto note = [&](const Value& v) {
+    if (v.is_tensor() && v.tensor.storage()) shared.insert(v.tensor.storage().get());
+    if (v.is_sequence())
+      for (auto& t : *v.sequence)
+        if (t.storage()) shared.insert(t.storage().get());
+  };
+  for (auto& v : ins) note(v);
+  auto fix = [&](Tensor& t) {
+    if (!t.storage()) return;
+    if (!t.storage()->owned || shared.count(t.storage().get())) t = t.clone();
+    shared.insert(t.storage().get());
+  };
+  for (auto& v : outs) {
+    if (v.is_tensor()) {
+      fix(v.tensor);
+    } else if (v.is_sequence()) {
+      auto items = std::make_shared<std::vector<Tensor>>(*v.sequence);
+      for (auto& t : *items) fix(t);
+      v.sequence = items;
+    }
+  }
+}
+
 std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>& feeds,
                                 const std::vector<std::string>& output_names) const {
   const Graph& g = *impl_->model->graph;
@@ -193,6 +226,7 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
   } else {
     outs = execute_graph(g, ins, {}, rc);
   }
+  make_outputs_private(outs, ins);
   if (output_names.empty()) return outs;
   std::vector<Value> sel;
   for (const auto& n : output_names) {
