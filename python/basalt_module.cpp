@@ -495,6 +495,12 @@ PYBIND11_MODULE(basalt, m) {
                      "Bytes; 0 = no limit. Stored but not enforced yet: the memory planner is the next issue.")
       .def_readwrite("allow_unsupported", &basalt::SessionOptions::allow_unsupported,
                      "Load a model that has ops basalt cannot run (running it raises UnsupportedError).")
+      .def_readwrite("enable_profiling", &basalt::SessionOptions::enable_profiling,
+                     "Record a per-node profile of every run (as onnxruntime's option of the same name). "
+                     "InferenceSession.end_profiling() writes it as a Chrome trace.")
+      .def_readwrite("profile_path", &basalt::SessionOptions::profile_path,
+                     "Where end_profiling() (or the session's destruction) writes the Chrome trace; setting it "
+                     "also enables profiling.")
       .def("__repr__", [](const basalt::SessionOptions& o) {
         return "SessionOptions(intra_op_num_threads=" + std::to_string(o.threads) +
                ", memory_limit=" + std::to_string(o.memory_limit) +
@@ -544,5 +550,14 @@ PYBIND11_MODULE(basalt, m) {
            "What basalt measures today, in bytes: weight_bytes (all constant tensors), weight_bytes_in_place "
            "(of which used in place from the mapped file), weight_bytes_copied, model_file_bytes, memory_limit. "
            "There is no memory planner yet, so no planned peak is reported.")
+      .def(
+          "end_profiling",
+          [](const PySession& ps, const std::string& path) {
+            py::gil_scoped_release nogil;
+            return ps.s->end_profiling(path);
+          },
+          py::arg("path") = std::string(),
+          "Writes the profile recorded so far as a Chrome trace to `path` (default: the options' "
+          "profile_path; one of the two is required) and returns the file name.")
       .def_property_readonly("options", [](const PySession& ps) { return ps.s->options(); });
 }

@@ -132,8 +132,13 @@ typedef struct basalt_session_options {
   int32_t threads;           /* intra-op threads; 0 = default (1). Must be >= 0. */
   int32_t allow_unsupported; /* nonzero: load models with ops basalt lacks (running them fails) */
   uint64_t memory_limit;     /* bytes, 0 = no limit. Stored; not enforced yet (see README). */
+  /* Profiling: when profile_path is non-NULL and non-empty or enable_profiling is nonzero, every run
+   * is recorded per node; basalt_session_end_profiling() writes a Chrome trace (the string is
+   * copied at session creation). */
+  const char* profile_path;
+  int32_t enable_profiling;
 } basalt_session_options;
-#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0}
+#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0}
 
 /* Loads a model. `options` may be NULL (defaults). On success *out is a new session that the caller
  * destroys with basalt_session_destroy(); weights are used in place from the memory-mapped file. */
@@ -147,6 +152,10 @@ BASALT_C_EXPORT basalt_status* basalt_session_create_from_bytes(const void* data
                                                                 basalt_session** out);
 /* Destroys the session. Tensors it returned stay valid. NULL is a no-op. */
 BASALT_C_EXPORT void basalt_session_destroy(basalt_session* session);
+
+/* Writes the profile recorded so far as a Chrome trace to `path` (NULL or "" = the options'
+ * profile_path). Fails with BASALT_STATUS_INVALID_ARGUMENT when profiling is off or no path is known. */
+BASALT_C_EXPORT basalt_status* basalt_session_end_profiling(basalt_session* session, const char* path);
 
 /* ---- model inputs and outputs ------------------------------------------------------------- */
 

@@ -102,6 +102,10 @@ basalt::SessionOptions read_options(const basalt_session_options* o) {
   so.threads = o->threads == 0 ? 1 : o->threads;
   so.allow_unsupported = o->allow_unsupported != 0;
   so.memory_limit = o->memory_limit;
+  if (o->struct_size >= offsetof(basalt_session_options, profile_path) + sizeof(const char*) && o->profile_path)
+    so.profile_path = o->profile_path;
+  if (o->struct_size >= offsetof(basalt_session_options, enable_profiling) + sizeof(int32_t))
+    so.enable_profiling = o->enable_profiling != 0;
   return so;
 }
 
@@ -259,6 +263,13 @@ basalt_status* basalt_session_create_from_bytes(const void* data, size_t size, c
 }
 
 void basalt_session_destroy(basalt_session* session) { delete session; }
+
+basalt_status* basalt_session_end_profiling(basalt_session* session, const char* path) {
+  return guarded([&] {
+    if (!session) invalid("session is NULL");
+    session->session->end_profiling(path ? path : "");
+  });
+}
 
 size_t basalt_session_input_count(const basalt_session* session) {
   return session ? session->session->inputs().size() : 0;

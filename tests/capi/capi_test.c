@@ -515,6 +515,34 @@ static void test_concurrent_runs(void) {
 
 /* ---------------------------------------------------------------------------------------------- */
 
+/* Profiling through the options: a run is recorded and end_profiling writes a Chrome trace that
+ * names the node's op; with profiling off, end_profiling is an error. */
+static void test_profiling(void) {
+  char trace[4096];
+  snprintf(trace, sizeof trace, "%s/capi_trace.json", g_models);
+  basalt_session_options o = BASALT_SESSION_OPTIONS_INIT;
+  o.profile_path = trace;
+  basalt_session* s = NULL;
+  OK(basalt_session_create_from_path(g_test_add, &o, &s));
+  if (!s) return;
+  run_test_add(s);
+  OK(basalt_session_end_profiling(s, NULL));
+  basalt_session_destroy(s);
+  FILE* f = fopen(trace, "rb");
+  CHECK(f != NULL);
+  if (f) {
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    CHECK(strstr(buf, "\"traceEvents\"") != NULL || buf[0] == '[');
+    CHECK(strstr(buf, "\"Add\"") != NULL);
+  }
+  OK(basalt_session_create_from_path(g_test_add, NULL, &s));
+  EXPECT_ERROR(basalt_session_end_profiling(s, trace), BASALT_STATUS_INVALID_ARGUMENT, "profiling is off");
+  basalt_session_destroy(s);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) g_models = argv[1];
   if (argc > 2) g_test_add = argv[2];
@@ -537,6 +565,7 @@ int main(int argc, char** argv) {
       {"run_errors", test_run_errors},
       {"null_handles_are_noops", test_null_handles},
       {"concurrent_runs", test_concurrent_runs},
+      {"profiling", test_profiling},
   };
   int passed = 0, failed = 0;
   for (size_t i = 0; i < sizeof tests / sizeof tests[0]; ++i) {

@@ -383,3 +383,22 @@ def test_memoryview_model(relu_model):
     data = relu_model.read_bytes()
     s = basalt.InferenceSession(memoryview(data))
     assert s.get_inputs()[0].name == "x"
+
+
+def test_profiling_through_session_options(relu_model, tmp_path):
+    opts = basalt.SessionOptions()
+    opts.enable_profiling = True
+    s = basalt.InferenceSession(relu_model, opts)
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    s.run(None, {s.get_inputs()[0].name: x})
+    s.run(None, {s.get_inputs()[0].name: x})
+    path = s.end_profiling(str(tmp_path / "trace.json"))
+    trace = json.load(open(path))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    runs = [e for e in events if e.get("ph") == "X" and e.get("name") == "run"]
+    nodes = [e for e in events if e.get("ph") == "X" and e.get("args", {}).get("op")]
+    assert len(runs) == 2
+    assert len(nodes) == 2 * len(s.get_outputs())  # one node per run in this one-op model
+    off = basalt.InferenceSession(relu_model)
+    with pytest.raises(basalt.InvalidArgumentError):
+        off.end_profiling(str(tmp_path / "none.json"))
