@@ -40,6 +40,10 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   return m;
 }
 
+void MappedFile::release_pages() const {
+  if (data_ && size_) madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
 }

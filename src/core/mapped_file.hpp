@@ -19,6 +19,10 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Gives the pages read so far back to the OS (madvise MADV_DONTNEED). The mapping stays valid:
+  // a later access reads the page from the file again. Called after loading, when most weights
+  // have been copied (unaligned raw data) and their file pages are no longer needed.
+  void release_pages() const;
 
  private:
   MappedFile() = default;

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <queue>
 #include <set>
 
 namespace basalt {
@@ -29,6 +31,7 @@ struct BuildCtx {
   std::map<std::string, int64_t> opsets;
   ExternalDataResolver* ext = nullptr;
   std::shared_ptr<const void> keep;
+  bool file_backed = false;  // keep is a read-only MappedFile
   const LoadOptions* opts = nullptr;
   Model* model = nullptr;
   std::map<FunctionKey, const pb::FunctionProto*> functions;
@@ -89,7 +92,7 @@ Attribute convert_attr(const pb::AttributeProto& a, const std::string& node_desc
     case Attribute::Type::String: r.s = a.s.str(); break;
     case Attribute::Type::Tensor:
       if (!a.has_t) BASALT_THROW(InvalidModel, what + " of type TENSOR has no tensor");
-      r.t = tensor_from_proto(a.t, what, cx.keep, cx.ext);
+      r.t = tensor_from_proto(a.t, what, cx.keep, cx.ext, cx.file_backed);
       break;
     case Attribute::Type::SparseTensor: r.t = tensor_from_sparse_proto(a.sparse_tensor, what, cx.ext); break;
     case Attribute::Type::Graph:
@@ -102,7 +105,7 @@ Attribute convert_attr(const pb::AttributeProto& a, const std::string& node_desc
       for (auto& s : a.strings) r.strings.push_back(s.str());
       break;
     case Attribute::Type::Tensors:
-      for (auto& t : a.tensors) r.tensors.push_back(tensor_from_proto(t, what, cx.keep, cx.ext));
+      for (auto& t : a.tensors) r.tensors.push_back(tensor_from_proto(t, what, cx.keep, cx.ext, cx.file_backed));
       break;
     case Attribute::Type::Graphs:
       for (auto& g : a.graphs) r.graphs.push_back(build_graph(*g, scope, cx));
@@ -227,7 +230,7 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
   for (const auto& t : gp.initializer) {
     if (t.name.empty()) BASALT_THROW(InvalidModel, gname + ": initializer without a name");
     if (g->find_value(t.name) >= 0) BASALT_THROW(InvalidModel, gname + ": duplicate initializer '" + t.name + "'");
-    Tensor w = tensor_from_proto(t, "initializer '" + t.name + "'", cx.keep, cx.ext);
+    Tensor w = tensor_from_proto(t, "initializer '" + t.name + "'", cx.keep, cx.ext, cx.file_backed);
     int id = g->add_value(t.name);
     auto& v = g->values[size_t(id)];
     v.is_initializer = true;
@@ -401,22 +404,18 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
   }
   std::vector<int> order;
   order.reserve(nb);
-  std::vector<int> ready;
-  for (size_t b = nb; b-- > 0;)
-    if (indeg[b] == 0) ready.push_back(int(b));
-  // keep file order among ready nodes: process smallest index first
-  std::sort(ready.begin(), ready.end(), std::greater<int>());
+  // Keep file order among ready nodes: process the smallest index first. A min-heap, not a
+  // vector re-sorted after each push: that was quadratic when many nodes are ready at once
+  // (50k parallel two-node chains took minutes to load).
+  std::priority_queue<int, std::vector<int>, std::greater<int>> ready;
+  for (size_t b = 0; b < nb; ++b)
+    if (indeg[b] == 0) ready.push(int(b));
   while (!ready.empty()) {
-    int b = ready.back();
-    ready.pop_back();
+    int b = ready.top();
+    ready.pop();
     order.push_back(b);
-    bool pushed = false;
     for (int u : users[size_t(b)])
-      if (--indeg[size_t(u)] == 0) {
-        ready.push_back(u);
-        pushed = true;
-      }
-    if (pushed) std::sort(ready.begin(), ready.end(), std::greater<int>());
+      if (--indeg[size_t(u)] == 0) ready.push(u);
   }
   if (order.size() != nb) {
     for (size_t b = 0; b < nb; ++b)
@@ -507,11 +506,17 @@ std::shared_ptr<Model> load(const uint8_t* data, size_t size, std::shared_ptr<co
   cx.opsets = model->opsets;
   cx.ext = &ext;
   cx.keep = keep;
+  cx.file_backed = !path.empty();
   cx.opts = &opts;
   cx.model = model.get();
   for (const auto& f : mp.functions) cx.functions[{canonical_domain(f.domain), f.name}] = &f;
   model->graph = build_graph(mp.graph, nullptr, cx);
   count_weights(*model->graph, data, data + size, *model);
+  // The model does not keep the file: weights used in place hold their mapping alive, and once
+  // nothing does, it is unmapped. Pages touched while parsing (and copying unaligned weights) are
+  // given back now; in-place weights fault theirs back in on first use.
+  model->file_bytes.reset();
+  ext.release_pages();
   return model;
 }
 
@@ -519,7 +524,9 @@ std::shared_ptr<Model> load(const uint8_t* data, size_t size, std::shared_ptr<co
 
 std::shared_ptr<Model> load_model_file(const std::string& path, const LoadOptions& opts) {
   auto f = MappedFile::open(path);
-  return load(f->data(), f->size(), f, path, opts);
+  auto m = load(f->data(), f->size(), f, path, opts);
+  f->release_pages();
+  return m;
 }
 
 std::shared_ptr<Model> load_model_bytes(const void* data, size_t size, const LoadOptions& opts) {

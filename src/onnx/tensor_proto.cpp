@@ -1,6 +1,8 @@
 #include "onnx/tensor_proto.hpp"
 
 #include <cstring>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <filesystem>
 #include <limits>
 
@@ -87,8 +89,16 @@ void copy_cast(const std::vector<Src>& src, Dst* dst) {
 
 }  // namespace
 
+// Gives back the whole pages inside [p, p+n) of a read-only file mapping (see MappedFile).
+static void release_file_range(const uint8_t* p, size_t n) {
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 Tensor tensor_from_proto(const pb::TensorProto& t, const std::string& what, std::shared_ptr<const void> keep_alive,
-                         ExternalDataResolver* ext) {
+                         ExternalDataResolver* ext, bool file_backed) {
   if (!dtype_is_known(t.data_type))
     BASALT_THROW(InvalidModel, what + ": unknown data type " + std::to_string(t.data_type));
   DType dt = DType(t.data_type);
@@ -110,6 +120,7 @@ Tensor tensor_from_proto(const pb::TensorProto& t, const std::string& what, std:
   size_t raw_n = 0;
   std::shared_ptr<const void> raw_keep = keep_alive;
   if (t.data_location == 1) {
+    file_backed = true;  // external data always comes from a mapped file
     if (!ext) BASALT_THROW(InvalidModel, what + ": external data is not allowed here");
     if (dt == DType::String) BASALT_THROW(InvalidModel, what + ": string tensors cannot use external data");
     raw = ext->resolve(t, file_bytes, raw_keep, what);
@@ -140,6 +151,7 @@ Tensor tensor_from_proto(const pb::TensorProto& t, const std::string& what, std:
       return Tensor::view(dt, shape, const_cast<uint8_t*>(raw), raw_keep);
     Tensor out(dt, shape);
     if (file_bytes) std::memcpy(out.raw(), raw, file_bytes);
+    if (file_backed && file_bytes >= (size_t(1) << 16)) release_file_range(raw, file_bytes);
     return out;
   }
 

@@ -20,7 +20,8 @@ struct Model {
   std::map<std::string, int64_t> opsets;  // canonical domain ("" = ai.onnx) -> version
   std::string producer_name, producer_version;
   std::shared_ptr<Graph> graph;
-  std::shared_ptr<const void> file_bytes;  // the mapped model file (or a copy of caller bytes)
+  // Not kept after loading (weights viewing the file hold its mapping alive); see loader.cpp.
+  std::shared_ptr<const void> file_bytes;
   size_t file_size = 0;
   std::vector<std::string> unsupported;    // "Op (domain, opset N) at node 'x'"
   size_t weight_bytes = 0;                 // all constant tensors

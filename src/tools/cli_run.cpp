@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <sys/resource.h>
+#include <unistd.h>
 
 namespace basalt {
 
@@ -225,6 +226,16 @@ std::string summarize(const Value& v) {
   return s;
 }
 
+// Current resident set size (from /proc/self/statm), in MB.
+static double rss_mb() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return double(resident) * double(sysconf(_SC_PAGESIZE)) / (1024.0 * 1024.0);
+}
+
 static double peak_rss_mb() {
   struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
@@ -261,6 +272,7 @@ int cmd_run(const std::vector<std::string>& args) {
   auto t0 = std::chrono::steady_clock::now();
   auto session = Session::open(model, opts);
   auto t1 = std::chrono::steady_clock::now();
+  double rss_after_load = rss_mb();
   auto feeds = make_inputs(*session, spec);
   auto t2 = std::chrono::steady_clock::now();
   auto outs = session->run(feeds);
@@ -269,7 +281,8 @@ int cmd_run(const std::vector<std::string>& args) {
   for (auto& [n, v] : feeds) std::printf("input  %s: %s\n", n.c_str(), summarize(v).c_str());
   for (size_t k = 0; k < outs.size(); ++k)
     std::printf("output %s: %s\n", session->outputs()[k].name.c_str(), summarize(outs[k]).c_str());
-  std::printf("load %.2f ms, run %.2f ms, peak RSS %.1f MB\n", ms(t0, t1), ms(t2, t3), peak_rss_mb());
+  std::printf("load %.2f ms, run %.2f ms, RSS after load %.1f MB, peak RSS %.1f MB\n", ms(t0, t1), ms(t2, t3),
+              rss_after_load, peak_rss_mb());
   if (!opts.profile_path.empty()) std::printf("profile: wrote %s\n", session->end_profiling().c_str());
   if (!outdir.empty()) {
     std::filesystem::create_directories(outdir);
