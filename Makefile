@@ -2,10 +2,12 @@
 #   make build   install missing Debian packages, build Release into build/ (CLI: build/basalt)
 #   make test    build, then run every test suite; ends with "N passed, N failed"
 #   make demo    build, fetch PaddleOCR v4 text detection, run it at two input sizes
+#   make fuzz    libFuzzer run (clang-14, build-fuzz/) for FUZZ_SECONDS in all (default 60)
+#   make test-sanitize  ASan + UBSan build (build-sanitize/): unit, bad-input, Debian conformance, fuzz regressions
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: build setup test demo clean test-unit test-conformance test-parity
+.PHONY: build setup test demo clean fuzz test-sanitize test-unit test-conformance test-parity
 
 setup:
 	@bash scripts/setup.sh
@@ -19,6 +21,13 @@ test: build
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)
+
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+test-sanitize: setup
+	@bash scripts/test_sanitize.sh
 
 clean:
 	rm -rf $(BUILD)

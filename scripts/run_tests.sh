@@ -14,8 +14,10 @@ total_fail=0
 summary=()
 
 # run_suite NAME CMD...: runs CMD, shows its output, reads its "N passed, N failed" line.
+# BASALT_SUITES="a b": run only the suites named there (scripts/test_sanitize.sh uses it).
 run_suite() {
   local name=$1; shift
+  if [ -n "${BASALT_SUITES:-}" ] && [[ " $BASALT_SUITES " != *" $name "* ]]; then return 0; fi
   echo "=== $name: $*"
   local start=$SECONDS
   "$@" 2>&1 | tee "$LOG/$name.log"
@@ -82,6 +84,12 @@ fi
 run_suite cli-profile "$PY" "$ROOT/tests/cli/profile_test.py" "$BASALT"
 run_suite capi "$ROOT/tests/capi/run.sh" "$BUILD"
 run_suite python pytest_suite "$ROOT/tests/python"
+run_suite fuzz-regressions "$ROOT/tests/fuzz/replay.sh" "$BUILD"
+# Short libFuzzer run (clang-14, ASan + UBSan, build-fuzz/): ~5 min build on 2 cores, then 60 s.
+# BASALT_FUZZ_SECONDS=0 skips it.
+if [ "${BASALT_FUZZ_SECONDS:-60}" -gt 0 ]; then
+  run_suite fuzz-short bash "$ROOT/scripts/fuzz.sh" "${BASALT_FUZZ_SECONDS:-60}"
+fi
 if [ -f "$ROOT/tests/parity/run_parity.py" ]; then
   run_suite parity "$PY" "$ROOT/tests/parity/run_parity.py" --basalt "$BASALT"
 fi

@@ -10,6 +10,7 @@ PKGS=(
   python3-numpy python3-onnx python3-pytest # building test models, parity checks (Debian's /usr/bin/python3)
   python3-dev pybind11-dev                  # the Python module (build/python/basalt*.so)
   libonnx-testdata                          # ONNX conformance data (932 node tests, opset <= 17)
+  clang-14 libclang-rt-14-dev               # libFuzzer targets (make fuzz, build-fuzz/)
   ca-certificates
 )
 missing=()

@@ -6,6 +6,8 @@
 #include <new>
 #include <sstream>
 
+#include <sys/sysinfo.h>
+
 namespace basalt {
 
 int64_t shape_numel(const Shape& s) {
@@ -36,6 +38,18 @@ Storage::~Storage() {
 // shape and would otherwise end in an OOM kill. (The per-session memory limit is stricter.)
 static constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 40;
 
+// RAM + swap of this machine in bytes (0 if unknown). Under Linux overcommit, aligned_alloc of
+// more than the machine has can succeed, and zero-filling it then ends in an OOM kill; a tensor
+// larger than all memory can never be filled, so it is refused up front with a MemoryLimit error.
+static uint64_t machine_memory_bytes() {
+  static const uint64_t total = [] {
+    struct sysinfo si {};
+    if (sysinfo(&si) != 0) return uint64_t(0);
+    return (uint64_t(si.totalram) + uint64_t(si.totalswap)) * uint64_t(si.mem_unit);
+  }();
+  return total;
+}
+
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   // Validate the shape and guard against overflow before allocating.
   uint64_t n = 1;
@@ -50,8 +64,12 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   if (n > kMaxTensorBytes / es)
     BASALT_THROW(MemoryLimit, "tensor of shape " + shape_str(shape_) + " and type " + dtype_name(dtype) +
                                   " needs more than 1 TiB");
-  auto st = std::make_shared<Storage>();
   size_t bytes = size_t(n) * es;
+  if (uint64_t mem = machine_memory_bytes(); mem != 0 && bytes > mem)
+    BASALT_THROW(MemoryLimit, "tensor of shape " + shape_str(shape_) + " and type " + dtype_name(dtype) + " needs " +
+                                  std::to_string(bytes) + " bytes, more than this machine's memory (" +
+                                  std::to_string(mem) + " bytes of RAM + swap)");
+  auto st = std::make_shared<Storage>();
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);

@@ -20,6 +20,9 @@ static int64_t parse_int_field(const std::string& s, const std::string& what, co
   int64_t v = 0;
   for (char c : s) {
     if (c < '0' || c > '9') BASALT_THROW(InvalidModel, what + ": external_data " + key + " '" + s + "' is not a valid number");
+    // 19 digits can exceed int64 (found by fuzz_external): refuse instead of overflowing.
+    if (v > (std::numeric_limits<int64_t>::max() - (c - '0')) / 10)
+      BASALT_THROW(InvalidModel, what + ": external_data " + key + " '" + s + "' is too large");
     v = v * 10 + (c - '0');
   }
   return v;

@@ -112,7 +112,9 @@ void register_loop(OpRegistry& r) {
       if (ctx.has_input(0)) {
         const Tensor& m = ctx.input(0);
         if (m.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, "trip count M must be a scalar");
-        max_trip = m.get_int(0);
+        // A given negative M means zero iterations (as in onnxruntime), not "no M": that ran
+        // unbounded and was OOM-killed (found by fuzz_run, test_loop11 with M = -2).
+        max_trip = std::max<int64_t>(m.get_int(0), 0);
       }
       bool cond = true;
       if (ctx.has_input(1)) cond = read_cond(ctx, ctx.input(1), "loop condition");

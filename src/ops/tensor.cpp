@@ -747,12 +747,14 @@ void register_tensor_ops(OpRegistry& r) {
         ctx.fail(ErrorCode::InvalidArgument, "repeats " + ints_str(reps) + " give too many elements");
     }
     check_shape_nonneg(ctx, os, "tiled shape");
+    // Allocate the output first: its size check gives the clear MemoryLimit error for absurd
+    // repeats, before the index maps (one entry per output row/column) try to allocate.
+    Tensor& y = ctx.output(0, x.dtype(), os);
     for (int d = 0; d < rk; ++d) {
       int64_t dim = x.dim(d);
       maps[size_t(d)].resize(size_t(os[size_t(d)]));
       for (int64_t o = 0; o < os[size_t(d)]; ++o) maps[size_t(d)][size_t(o)] = o % dim;
     }
-    Tensor& y = ctx.output(0, x.dtype(), os);
     dispatch_all(ctx, 0, x.dtype(), [&]<class T>() { axis_map_copy<T>(x, y, maps, T{}); });
   };
   r.add("Tile", 1, [tile](const Node& n) {

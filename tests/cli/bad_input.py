@@ -121,6 +121,7 @@ case("subgraphs nested too deep", ["run", save(deep, "deep.onnx")], want_text=["
 # external data that escapes the model folder / is too short
 ext_dir = os.path.join(tmp, "ext")
 os.makedirs(ext_dir, exist_ok=True)
+os.symlink(os.path.join(tmp, "good.onnx"), os.path.join(ext_dir, "link.bin"))  # points outside the folder
 def ext_model(location, length=None, data=b"\0" * 64):
     t = TensorProto()
     t.name, t.data_type = "w", TensorProto.FLOAT
@@ -136,7 +137,33 @@ def ext_model(location, length=None, data=b"\0" * 64):
 case("external data escapes folder", ["run", save(ext_model("../good.onnx"), "ext/escape.onnx")], want_text=["escapes"])
 case("external data absolute path", ["run", save(ext_model("/etc/passwd"), "ext/abs.onnx")], want_text=["absolute"])
 case("external data too short", ["run", save(ext_model("w.bin", data=b"\0" * 10), "ext/short.onnx")], want_text=["'w'"])
+case("external data length beyond file", ["run", save(ext_model("w.bin", length=1 << 40), "ext/long.onnx")], want_text=["'w'"])
+case("external data escapes via symlink", ["run", save(ext_model("link.bin"), "ext/link.onnx")], want_text=["'w'"])
 case("external data missing file", ["run", save(ext_model("absent.bin"), "ext/absent.onnx")], want_text=["absent.bin"])
+
+# --- memory pressure (issue 9): ops and weights that claim enormous tensors, inputs beyond memory.
+# Each must be a one-line error naming the problem, never an OOM kill.
+E15 = 10**15
+def shape_op(op, shape, out_type=TensorProto.FLOAT):
+    inits = [numpy_helper.from_array(np.array(shape, np.int64), "shape"), numpy_helper.from_array(np.ones(1, np.float32), "one")]
+    ins = {"ConstantOfShape": ["shape"], "Expand": ["one", "shape"], "Tile": ["one", "shape"]}[op]
+    return model([helper.make_node(op, ins, ["y"], name="big")], [], [vi("y", None, out_type)], inits=inits)
+for op in ("ConstantOfShape", "Expand", "Tile"):
+    case(f"{op} to 1e15 elements", ["run", save(shape_op(op, [E15]), f"huge_{op}.onnx")], want_text=["big", "TiB"])
+# 500 GB: under the 1 TiB cap, so only the machine-memory check stops a zero-fill OOM kill.
+case("ConstantOfShape to 500 GB", ["run", save(shape_op("ConstantOfShape", [125 * 10**9]), "huge_500g.onnx")],
+     want_text=["big", "memory"])
+rng = model([helper.make_node("Range", ["a", "b", "c"], ["y"], name="big")], [], [vi("y", None, TensorProto.INT64)],
+            inits=[numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("a", 0), ("b", E15), ("c", 1))])
+case("Range to 1e15 elements", ["run", save(rng, "huge_range.onnx")], want_text=["big"])
+tb = TensorProto()
+tb.name, tb.data_type, tb.raw_data = "w", TensorProto.FLOAT, b"\0" * 16
+tb.dims.extend([1 << 20, 1 << 20, 1 << 10])
+case("initializer claiming 4 PB", ["run", save(model([helper.make_node("Identity", ["w"], ["y"], name="id")], [], [vi("y", None)],
+                                                    inits=[tb]), "claims_pb.onnx")], want_text=["'w'"])
+dyn = save(model([helper.make_node("Identity", ["x"], ["y"], name="id")], [vi("x", ["n"])], [vi("y", ["n"])]), "dyn.onnx")
+case("input shape beyond 1 TiB", ["run", dyn, "--shape", "x=1000000000000"], want_text=["TiB"])
+case("input shape beyond machine memory", ["run", dyn, "--shape", "x=125000000000"], want_text=["memory"])
 
 # --- wrong inputs to a good model
 np.save(os.path.join(tmp, "f64.npy"), np.zeros((2, 3), np.float64))

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Fuzzes basalt with libFuzzer for SECONDS in all, split over the three targets in tests/fuzz/
+# (load: bytes -> Session, run: small models on random shapes/values, external: the
+# external-data resolver). Builds build-fuzz/ with clang-14, ASan + UBSan and coverage.
+# Seeds: the Debian conformance models. Crashes land in build-fuzz/crashes/<target>/: each one
+# is a bug to fix, then copied to tests/fuzz/regressions/<target>/ (replayed by `make test`).
+# Ends with "N passed, N failed" (one test per target: failed = it found a crash).
+# usage: scripts/fuzz.sh [SECONDS]   (default 60; `make fuzz FUZZ_SECONDS=3600` for a long run)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SECS=${1:-60}
+B="$ROOT/build-fuzz"
+CC=${CC_FUZZ:-clang-14}
+CXX=${CXX_FUZZ:-clang++-14}
+if ! command -v "$CXX" >/dev/null; then
+  echo "fuzz: $CXX not found (scripts/setup.sh installs clang-14 libclang-rt-14-dev)"
+  echo "0 passed, 1 failed"; exit 1
+fi
+CC=$CC CXX=$CXX cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DBASALT_FUZZ=ON -DBASALT_SANITIZE=ON >/dev/null || {
+  echo "0 passed, 1 failed"; exit 1; }
+ninja -C "$B" -j "${JOBS:-$(nproc)}" fuzz_load fuzz_run fuzz_external || { echo "0 passed, 1 failed"; exit 1; }
+
+SEEDS=/usr/share/libonnx-testdata/data/node
+mkdir -p "$B/seeds/load"
+if [ -d "$SEEDS" ] && [ -z "$(ls -A "$B/seeds/load")" ]; then
+  for d in "$SEEDS"/*/; do cp "$d/model.onnx" "$B/seeds/load/$(basename "$d").onnx" 2>/dev/null; done
+fi
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+per=$(( SECS / 3 )); [ "$per" -ge 1 ] || per=1
+pass=0; fail=0
+for t in load run external; do
+  mkdir -p "$B/corpus/$t" "$B/crashes/$t"
+  seeds=(); [ "$t" = load ] && seeds=("$B/seeds/load")
+  # First the saved regressions under ASan + UBSan (the sanitizer check of these inputs in CI).
+  if ! "$B/fuzz_$t" -runs=0 -timeout=10 -rss_limit_mb=2048 "$ROOT/tests/fuzz/regressions/$t" >"$B/replay_$t.log" 2>&1; then
+    tail -20 "$B/replay_$t.log"; echo "FAIL fuzz_$t: a saved regression input fails under ASan/UBSan"
+    fail=$((fail + 1)); continue
+  fi
+  echo "--- fuzz_$t for ${per}s"
+  "$B/fuzz_$t" "$B/corpus/$t" "${seeds[@]}" -max_total_time="$per" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="$B/crashes/$t/" 2>&1 | grep -E '^(#[0-9]+ +DONE|==|SUMMARY|stat::number_of_executed_units|artifact_prefix|Test unit written|.*ERROR)' 
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then echo "PASS fuzz_$t"; pass=$((pass + 1))
+  else echo "FAIL fuzz_$t (exit $rc): crash input in $B/crashes/$t/"; fail=$((fail + 1)); fi
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
