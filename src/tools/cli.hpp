@@ -3,6 +3,7 @@
 
 #include <basalt/basalt.hpp>
 
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -22,6 +23,10 @@ struct InputSpec {
   std::map<std::string, std::string> fills;   // --fill NAME=zeros|const:V|int:LO,HI|uniform:A,B
   uint64_t seed = 0;
 };
+
+// Parses an integer option value; a UsageError names the option when `s` is not an integer or
+// is below `lo` ("--threads must be >= 1").
+int64_t parse_int_arg(const std::string& opt, const std::string& s, int64_t lo = INT64_MIN);
 
 // Parses input options at args[i] (advancing i). Returns false if args[i] is not one of them.
 bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSpec& spec);

@@ -17,19 +17,6 @@
 
 namespace basalt {
 
-static int64_t profile_int(const std::string& opt, const std::string& s, int64_t lo) {
-  int64_t v = 0;
-  try {
-    size_t used = 0;
-    v = std::stoll(s, &used);
-    if (used != s.size()) throw std::invalid_argument("trailing");
-  } catch (const std::exception&) {
-    throw UsageError(opt + ": '" + s + "' is not an integer");
-  }
-  if (v < lo) throw UsageError(opt + " must be >= " + std::to_string(lo));
-  return v;
-}
-
 // Bytes as "12.50 MB" (KB below 1 MiB and B below 1 KiB, so small tensors do not read as zero).
 static std::string mb(uint64_t b) {
   char buf[32];
@@ -57,13 +44,13 @@ int cmd_profile(const std::vector<std::string>& args) {
       return args[++i];
     };
     if (a == "--iters") {
-      iters = profile_int(a, value(), 1);
+      iters = parse_int_arg(a, value(), 1);
     } else if (a == "--warmup") {
-      warmup = profile_int(a, value(), 0);
+      warmup = parse_int_arg(a, value(), 0);
     } else if (a == "--top") {
-      top = profile_int(a, value(), 1);
+      top = parse_int_arg(a, value(), 1);
     } else if (a == "--threads") {
-      opts.threads = int(profile_int(a, value(), 1));
+      opts.threads = int(parse_int_arg(a, value(), 1));
     } else if (a == "--profile") {
       opts.profile_path = value();
       if (opts.profile_path.empty()) throw UsageError("--profile needs a file name");

@@ -24,15 +24,17 @@ static std::pair<std::string, std::string> split_last_eq(const std::string& opt,
   return {s.substr(0, k), s.substr(k + 1)};
 }
 
-static int64_t parse_int(const std::string& opt, const std::string& s) {
+int64_t parse_int_arg(const std::string& opt, const std::string& s, int64_t lo) {
+  int64_t v = 0;
   try {
     size_t used = 0;
-    long long v = std::stoll(s, &used);
+    v = std::stoll(s, &used);
     if (used != s.size()) throw std::invalid_argument("trailing");
-    return v;
   } catch (const std::exception&) {
     throw UsageError(opt + ": '" + s + "' is not an integer");
   }
+  if (v < lo) throw UsageError(opt + " must be >= " + std::to_string(lo));
+  return v;
 }
 
 static double parse_double(const std::string& opt, const std::string& s) {
@@ -64,7 +66,7 @@ bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSp
       while (std::getline(ss, part, 'x')) {
         int64_t d;
         try {
-          d = parse_int(a, part);
+          d = parse_int_arg(a, part);
         } catch (const UsageError&) {
           throw UsageError(a + ": '" + s + "' is not a shape like 1x3x224x224");
         }
@@ -75,7 +77,7 @@ bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSp
     spec.shapes[n] = shape;
   } else if (a == "--dim") {
     auto [n, v] = split_last_eq(a, value());
-    int64_t d = parse_int(a, v);
+    int64_t d = parse_int_arg(a, v);
     if (d < 0) throw UsageError(a + ": negative value for " + n);
     spec.dims[n] = d;
   } else if (a == "--fill") {
@@ -84,7 +86,7 @@ bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSp
       throw UsageError(a + ": fill must be zeros, const:V, int:LO,HI or uniform:A,B; got '" + f + "'");
     spec.fills[n] = f;
   } else if (a == "--seed") {
-    spec.seed = uint64_t(parse_int(a, value()));
+    spec.seed = uint64_t(parse_int_arg(a, value()));
   } else {
     return false;
   }
@@ -251,8 +253,7 @@ int cmd_run(const std::vector<std::string>& args) {
     if (parse_input_option(args, i, spec)) continue;
     if (a == "--threads") {
       if (i + 1 >= args.size()) throw UsageError("--threads needs a value");
-      opts.threads = int(parse_int(a, args[++i]));
-      if (opts.threads < 1) throw UsageError("--threads must be >= 1");
+      opts.threads = int(parse_int_arg(a, args[++i], 1));
     } else if (a == "--output-dir") {
       if (i + 1 >= args.size()) throw UsageError("--output-dir needs a value");
       outdir = args[++i];
