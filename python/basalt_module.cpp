@@ -480,15 +480,15 @@ PYBIND11_MODULE(basalt, m) {
       .def_property(
           "intra_op_num_threads", [](const basalt::SessionOptions& o) { return o.threads; },
           [](basalt::SessionOptions& o, int n) {
-            if (n < 0) throw py::value_error("intra_op_num_threads must be >= 0 (0 = default, 1 today)");
-            o.threads = n == 0 ? 1 : n;
+            if (n < 0) throw py::value_error("intra_op_num_threads must be >= 0 (0 = all cores)");
+            o.threads = n;
           },
           "Threads one run may use inside an op; 0 means the default (1). The reference kernels use one.")
       .def_property(
           "threads", [](const basalt::SessionOptions& o) { return o.threads; },
           [](basalt::SessionOptions& o, int n) {
-            if (n < 0) throw py::value_error("threads must be >= 0 (0 = default, 1 today)");
-            o.threads = n == 0 ? 1 : n;
+            if (n < 0) throw py::value_error("threads must be >= 0 (0 = all cores)");
+            o.threads = n;
           },
           "Alias of intra_op_num_threads.")
       .def_readwrite("memory_limit", &basalt::SessionOptions::memory_limit,

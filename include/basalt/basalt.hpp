@@ -25,7 +25,14 @@ struct Model;
 class Profiler;
 
 struct SessionOptions {
-  int threads = 1;               // intra-op threads (reference kernels are single-threaded today)
+  // Intra-op threads working on one run (the calling thread included); 0 = every core this
+  // process may use.
+  int threads = 0;
+  // Use the process-wide pool (shared by every session that sets this) instead of one owned by
+  // this session. The shared pool is sized by the first session that asks for it.
+  bool shared_pool = false;
+  // How long an idle pool thread spins before it sleeps, in microseconds; 0 = never spin.
+  int spin_us = 50;
   uint64_t memory_limit = 0;     // bytes; 0 = no limit
   bool allow_unsupported = false;  // load models with unsupported ops (running them fails)
   // Profiling. When profile_path is non-empty or enable_profiling is set, the session records its
@@ -35,6 +42,27 @@ struct SessionOptions {
   // session is destroyed. Off (the default), runs record nothing and cost nothing extra.
   std::string profile_path;
   bool enable_profiling = false;
+  // Graph optimization level: 0 none, 1 basic, 2 extended, 3 all (see src/opt/optimizer.hpp).
+  int optimization_level = 3;
+  // Memory plans are cached per input-shape signature in an LRU bounded by entries and bytes
+  // (arena bytes of the cached plans); 0 entries = no caching (plan every run).
+  size_t plan_cache_entries = 32;
+  uint64_t plan_cache_bytes = uint64_t(2) << 30;
+};
+
+// Memory figures of a session (Session::memory_stats).
+struct MemoryStats {
+  uint64_t weights_bytes = 0;         // constant tensors of the model
+  uint64_t weights_in_place_bytes = 0;  // of which used in place from the mapped file
+  uint64_t packed_weights_bytes = 0;  // copies kernels made at load (packed layouts)
+  // Plan cache (shape-keyed): counters since the session was created.
+  uint64_t plan_cache_hits = 0, plan_cache_misses = 0, plan_cache_evictions = 0;
+  uint64_t plan_cache_entries = 0;    // plans held now
+  uint64_t plan_cache_bytes = 0;      // arena bytes of the plans held now
+  uint64_t arena_bytes = 0;           // arena memory allocated now (all cached arenas)
+  uint64_t last_run_arena_bytes = 0;  // planned arena of the last run
+  uint64_t peak_run_bytes = 0;        // largest planned peak (arena + workspaces) of any run
+  uint64_t memory_limit = 0;          // 0 = none
 };
 
 // Metadata of a graph input or output.
@@ -67,6 +95,9 @@ class Session {
   // another output (pass-through outputs are copied), so writing into them is safe.
   std::vector<Value> run(const std::vector<std::pair<std::string, Value>>& feeds,
                          const std::vector<std::string>& output_names = {}) const;
+
+  // Counters and sizes; cheap, thread-safe.
+  MemoryStats memory_stats() const;
 
   const Model& model() const;
   const SessionOptions& options() const;

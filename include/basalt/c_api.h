@@ -129,7 +129,7 @@ typedef struct basalt_session basalt_session;
  *   basalt_session_options o = BASALT_SESSION_OPTIONS_INIT;  (or memset 0, then set struct_size) */
 typedef struct basalt_session_options {
   size_t struct_size;        /* sizeof(basalt_session_options) */
-  int32_t threads;           /* intra-op threads; 0 = default (1). Must be >= 0. */
+  int32_t threads;           /* intra-op threads; 0 = all cores. Must be >= 0. */
   int32_t allow_unsupported; /* nonzero: load models with ops basalt lacks (running them fails) */
   uint64_t memory_limit;     /* bytes, 0 = no limit. Stored; not enforced yet (see README). */
   /* Profiling: when profile_path is non-NULL and non-empty or enable_profiling is nonzero, every run

@@ -42,6 +42,8 @@ class Tensor {
   Tensor() = default;
   // Allocate (64-byte aligned). Numeric storage is zero-filled; strings are empty.
   Tensor(DType dtype, Shape shape);
+  // Allocate without zero-filling numeric storage (the caller writes every element).
+  static Tensor uninit(DType dtype, Shape shape);
   // A view of memory owned by someone else. keep_alive (may be null) is held while the view lives.
   static Tensor view(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keep_alive);
   // A scalar or 1-D helper.
@@ -90,6 +92,9 @@ class Tensor {
   std::vector<int64_t> to_int64_vector() const;
 
  private:
+  struct NoFill {};
+  Tensor(DType dtype, Shape shape, NoFill);
+  void allocate(bool zero);
   DType dtype_ = DType::Undefined;
   Shape shape_;
   std::shared_ptr<Storage> storage_;

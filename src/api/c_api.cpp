@@ -99,7 +99,7 @@ basalt::SessionOptions read_options(const basalt_session_options* o) {
   constexpr size_t kV1 = offsetof(basalt_session_options, memory_limit) + sizeof(uint64_t);
   check_in_struct(o, o->struct_size, kV1, sizeof(basalt_session_options), "basalt_session_options");
   if (o->threads < 0) invalid("basalt_session_options.threads must be >= 0 (0 = default), got " + std::to_string(o->threads));
-  so.threads = o->threads == 0 ? 1 : o->threads;
+  so.threads = o->threads;
   so.allow_unsupported = o->allow_unsupported != 0;
   so.memory_limit = o->memory_limit;
   if (o->struct_size >= offsetof(basalt_session_options, profile_path) + sizeof(const char*) && o->profile_path)

@@ -50,7 +50,12 @@ static uint64_t machine_memory_bytes() {
   return total;
 }
 
-Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
+Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) { allocate(true); }
+Tensor::Tensor(DType dtype, Shape shape, NoFill) : dtype_(dtype), shape_(std::move(shape)) { allocate(false); }
+Tensor Tensor::uninit(DType dtype, Shape shape) { return Tensor(dtype, std::move(shape), NoFill{}); }
+
+void Tensor::allocate(bool zero) {
+  DType dtype = dtype_;
   // Validate the shape and guard against overflow before allocating.
   uint64_t n = 1;
   for (int64_t d : shape_) {
@@ -84,7 +89,7 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   if (dtype == DType::String) {
     auto* s = static_cast<std::string*>(p);
     for (size_t i = 0; i < n; ++i) new (s + i) std::string();
-  } else {
+  } else if (zero) {
     std::memset(p, 0, alloc);
   }
   storage_ = std::move(st);

@@ -427,24 +427,7 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
       if (v >= 0) g->values[size_t(v)].producer = int(k);
   }
 
-  // 6. Kernels.
-  const OpRegistry& reg = OpRegistry::instance();
-  for (auto& n : g->nodes) {
-    const KernelFactory* f = reg.find(n.domain, n.op_type, n.opset);
-    if (!f) {
-      std::string msg = n.op_type + " (domain " + (n.domain.empty() ? std::string("ai.onnx") : n.domain) + ", opset " +
-                        std::to_string(n.opset) + ")";
-      if (cx.opts->allow_unsupported) {
-        cx.model->unsupported.push_back(msg + " at node '" + n.name + "'");
-        continue;
-      }
-      n.fail(ErrorCode::Unsupported, "operator " + msg + " is not supported");
-    }
-    auto k0 = std::chrono::steady_clock::now();
-    n.kernel = (*f)(n);
-    cx.model->kernel_create_ns +=
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - k0).count();
-  }
+  // Kernels are created after optimization, by create_kernels (runtime/prepare.cpp).
   g->finalize();
   --cx.depth;
   return g;

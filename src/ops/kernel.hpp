@@ -26,11 +26,27 @@ namespace basalt {
 struct RunContext;
 class KernelContext;
 class RunProfile;
+class ThreadPool;
+
+// Constant inputs of a node, offered to OpKernel::prepare at load (after optimization).
+struct PrepareContext {
+  const Node& node;
+  // constant[i]: input i's tensor when it is a constant (initializer / folded), else null.
+  std::span<const Tensor* const> constant;
+  int threads = 1;  // the session's thread count
+};
 
 class OpKernel {
  public:
   virtual ~OpKernel() = default;
   virtual void compute(KernelContext& ctx) const = 0;
+  // Called once at load, before any run, with the node's constant inputs: pack weights here.
+  // Packed copies are owned by the kernel; report their size in packed_bytes().
+  virtual void prepare(const PrepareContext&) {}
+  virtual size_t packed_bytes() const { return 0; }
+  // Scratch memory compute() asks for through KernelContext::workspace(), for these input
+  // shapes and the session's thread count. The memory planner puts it in the run's arena.
+  virtual size_t workspace_bytes(std::span<const Shape> input_shapes, int threads) const { return 0; }
 };
 
 using KernelFn = std::function<void(KernelContext&)>;
@@ -77,6 +93,7 @@ inline std::string canonical_domain(const std::string& d) { return d == "ai.onnx
 // State shared by one run() and every subgraph execution inside it.
 struct RunContext {
   int threads = 1;
+  ThreadPool* pool = nullptr;     // the session's pool; null = run everything inline
   RunProfile* profile = nullptr;  // non-null: record every node (runtime/profiler.hpp); null = off
 };
 
@@ -102,6 +119,13 @@ class KernelContext {
 
   // Allocate output i (zero-filled) and return it for writing.
   Tensor& output(int i, DType dtype, const Shape& shape);
+  // Same, but the contents are unspecified: for kernels that write every element.
+  Tensor& output_uninit(int i, DType dtype, const Shape& shape);
+  // Scratch memory for this compute() call, 64-byte aligned, at least `bytes` (declare the size
+  // in OpKernel::workspace_bytes so the planner can place it). Valid until compute() returns.
+  void* workspace(size_t bytes);
+  ThreadPool* pool() const { return run_.pool; }
+  int threads() const { return run_.threads; }
   // Set output i to a value computed elsewhere (a view, an input passed through, a sequence).
   void set_output(int i, Value v);
 
@@ -118,6 +142,8 @@ class KernelContext {
   std::span<Value> outputs_;
   std::span<const Value* const> implicit_;
   RunContext& run_;
+  std::shared_ptr<void> workspace_;  // heap fallback for workspace()
+  size_t workspace_size_ = 0;
 };
 
 // Group registration functions: one per file in src/ops/. Listed once in registry.cpp.

@@ -2,6 +2,7 @@
 
 #include "runtime/profiler.hpp"
 
+#include <cstdlib>
 #include <new>
 
 namespace basalt {
@@ -23,6 +24,23 @@ Tensor& KernelContext::output(int i, DType dtype, const Shape& shape) {
   if (i < 0 || i >= num_outputs()) fail(ErrorCode::InvalidModel, "output " + std::to_string(i) + " does not exist");
   outputs_[size_t(i)] = Value(Tensor(dtype, shape));
   return outputs_[size_t(i)].tensor;
+}
+
+Tensor& KernelContext::output_uninit(int i, DType dtype, const Shape& shape) {
+  if (i < 0 || i >= num_outputs()) fail(ErrorCode::InvalidModel, "output " + std::to_string(i) + " does not exist");
+  outputs_[size_t(i)] = Value(Tensor::uninit(dtype, shape));
+  return outputs_[size_t(i)].tensor;
+}
+
+void* KernelContext::workspace(size_t bytes) {
+  if (bytes == 0) bytes = 64;
+  if (bytes > workspace_size_) {
+    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) fail(ErrorCode::MemoryLimit, "out of memory allocating a " + std::to_string(bytes) + "-byte workspace");
+    workspace_.reset(p, [](void* q) { std::free(q); });
+    workspace_size_ = bytes;
+  }
+  return workspace_.get();
 }
 
 void KernelContext::set_output(int i, Value v) {

@@ -27,10 +27,18 @@ struct Model {
   size_t weight_bytes = 0;                 // all constant tensors
   size_t weight_bytes_in_place = 0;        // of which used in place from the mapped file(s)
   std::string path;                        // empty when loaded from memory
-  int64_t kernel_create_ns = 0;            // time spent in kernel factories (all graphs), for profiles
+  int64_t kernel_create_ns = 0;            // time spent in kernel factories and prepare (all graphs)
+  size_t packed_weight_bytes = 0;          // copies kernels made of weights at prepare (packing)
 };
 
+// Import only: the graphs have no kernels yet. Sessions then optimize and call create_kernels.
 std::shared_ptr<Model> load_model_file(const std::string& path, const LoadOptions& opts = {});
 std::shared_ptr<Model> load_model_bytes(const void* data, size_t size, const LoadOptions& opts = {});
+
+// Creates every node's kernel (subgraphs included) from the op registry, then calls each
+// kernel's prepare() with its constant inputs (weight packing), and re-finalizes the graphs.
+// An op without a kernel is an Unsupported error naming it, or, with opts.allow_unsupported, a
+// line in m.unsupported. Counts m.packed_weight_bytes and m.kernel_create_ns.
+void create_kernels(Model& m, const LoadOptions& opts, int threads);
 
 }  // namespace basalt

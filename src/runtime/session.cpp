@@ -3,6 +3,7 @@
 #include "runtime/executor.hpp"
 #include "runtime/model.hpp"
 #include "runtime/profiler.hpp"
+#include "runtime/thread_pool.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -24,6 +25,7 @@ struct Session::Impl {
   SessionOptions opts;
   std::vector<IoInfo> inputs, outputs;
   std::vector<int> input_ids;  // graph input index per IoInfo
+  std::shared_ptr<ThreadPool> pool;        // own or process-wide
   std::unique_ptr<Profiler> profiler;      // null = profiling off
   mutable std::atomic<bool> profile_written{false};
 };
@@ -87,6 +89,14 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
   auto impl = std::make_unique<Session::Impl>();
   impl->model = std::move(m);
   impl->opts = opts;
+  if (opts.threads < 0) BASALT_THROW(InvalidArgument, "SessionOptions.threads must be >= 0 (0 = all cores), got " + std::to_string(opts.threads));
+  if (opts.spin_us < 0) BASALT_THROW(InvalidArgument, "SessionOptions.spin_us must be >= 0, got " + std::to_string(opts.spin_us));
+  int threads = opts.threads > 0 ? opts.threads : ThreadPool::available_cores();
+  impl->pool = opts.shared_pool ? ThreadPool::shared(threads, opts.spin_us) : std::make_shared<ThreadPool>(threads, opts.spin_us);
+  impl->opts.threads = impl->pool->threads();
+  LoadOptions lo;
+  lo.allow_unsupported = opts.allow_unsupported;
+  create_kernels(*impl->model, lo, impl->opts.threads);
   const Graph& g = *impl->model->graph;
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     impl->inputs.push_back(make_info(g.values[size_t(g.inputs[i])]));
@@ -213,7 +223,8 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
       BASALT_THROW(InvalidArgument, "input '" + impl_->inputs[k].name + "' (" + impl_->inputs[k].type_string() + " " +
                                         dims_str(impl_->inputs[k]) + ") is required but was not given");
   RunContext rc;
-  rc.threads = impl_->opts.threads;
+  rc.threads = impl_->pool->threads();
+  rc.pool = impl_->pool.get();
   std::vector<Value> outs;
   if (Profiler* prof = impl_->profiler.get()) {
     // A failed run's partial record is dropped with `rec`.
@@ -236,6 +247,20 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
     sel.push_back(outs[k]);
   }
   return sel;
+}
+
+}  // namespace basalt
+
+namespace basalt {
+
+MemoryStats Session::memory_stats() const {
+  MemoryStats s;
+  const Model& m = *impl_->model;
+  s.weights_bytes = m.weight_bytes;
+  s.weights_in_place_bytes = m.weight_bytes_in_place;
+  s.packed_weights_bytes = m.packed_weight_bytes;
+  s.memory_limit = impl_->opts.memory_limit;
+  return s;
 }
 
 }  // namespace basalt

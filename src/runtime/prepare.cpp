@@ -1,0 +1,56 @@
+// Kernel creation and preparation: the step between optimization and the first run.
+#include "ops/kernel.hpp"
+#include "runtime/model.hpp"
+
+#include <chrono>
+
+namespace basalt {
+
+static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, int threads) {
+  const OpRegistry& reg = OpRegistry::instance();
+  std::vector<const Tensor*> consts;
+  for (auto& n : g.nodes) {
+    for (auto& a : n.attrs) {
+      if (a.g) create_graph_kernels(*a.g, m, opts, threads);
+      for (auto& sg : a.graphs) create_graph_kernels(*sg, m, opts, threads);
+    }
+    if (n.kernel) continue;
+    const KernelFactory* f = reg.find(n.domain, n.op_type, n.opset);
+    if (!f) {
+      std::string msg = n.op_type + " (domain " + (n.domain.empty() ? std::string("ai.onnx") : n.domain) + ", opset " +
+                        std::to_string(n.opset) + ")";
+      if (opts.allow_unsupported) {
+        m.unsupported.push_back(msg + " at node '" + n.name + "'");
+        continue;
+      }
+      n.fail(ErrorCode::Unsupported, "operator " + msg + " is not supported");
+    }
+    auto k0 = std::chrono::steady_clock::now();
+    n.kernel = (*f)(n);
+    consts.assign(n.inputs.size(), nullptr);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      int v = n.inputs[i];
+      if (v >= 0 && g.values[size_t(v)].is_initializer) consts[i] = &g.values[size_t(v)].initializer;
+    }
+    {
+      PrepareContext pc{n, consts, threads};
+      try {
+        n.kernel->prepare(pc);
+      } catch (const Error& e) {
+        std::string msg = e.what();
+        if (msg.rfind("node '", 0) != 0) msg = n.describe() + ": " + msg;
+        throw Error(e.code(), msg);
+      }
+      m.packed_weight_bytes += n.kernel->packed_bytes();
+    }
+    m.kernel_create_ns +=
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - k0).count();
+  }
+  g.finalize();
+}
+
+void create_kernels(Model& m, const LoadOptions& opts, int threads) {
+  if (m.graph) create_graph_kernels(*m.graph, m, opts, threads);
+}
+
+}  // namespace basalt

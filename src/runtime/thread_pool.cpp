@@ -1,0 +1,160 @@
+#include "runtime/thread_pool.hpp"
+
+#include <sched.h>
+
+#include <chrono>
+#include <exception>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define BASALT_CPU_RELAX() _mm_pause()
+#else
+#define BASALT_CPU_RELAX() ((void)0)
+#endif
+
+namespace basalt {
+
+namespace {
+thread_local bool t_in_pool_chunk = false;  // nested parallel_for runs inline
+
+// Spin until pred() or spin_us elapse. Returns pred()'s last value.
+template <class Pred>
+bool spin_until(int spin_us, Pred pred) {
+  if (spin_us <= 0) return pred();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    BASALT_CPU_RELAX();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= deadline) return pred();
+  }
+}
+}  // namespace
+
+struct ThreadPool::Job {
+  const std::function<void(int64_t, int64_t)>* fn = nullptr;
+  int64_t n = 0, grain = 1, chunks = 0;
+  std::atomic<int64_t> next{0};
+  std::atomic<uint32_t> remaining{0};  // chunks not finished (futex word for the caller)
+  std::atomic<bool> failed{false};
+  std::mutex err_mu;
+  std::exception_ptr err;
+};
+
+int ThreadPool::available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int c = CPU_COUNT(&set);
+    if (c > 0) return c;
+  }
+  unsigned h = std::thread::hardware_concurrency();
+  return h ? int(h) : 1;
+}
+
+ThreadPool::ThreadPool(int threads, int spin_us) : threads_(threads < 1 ? 1 : threads), spin_us_(spin_us < 0 ? 0 : spin_us) {
+  workers_.reserve(size_t(threads_ - 1));
+  for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  epoch_.fetch_add(1);
+  epoch_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+std::shared_ptr<ThreadPool> ThreadPool::shared(int threads, int spin_us) {
+  static std::mutex mu;
+  static std::shared_ptr<ThreadPool> pool;
+  std::lock_guard<std::mutex> lk(mu);
+  if (!pool) pool = std::make_shared<ThreadPool>(threads < 1 ? available_cores() : threads, spin_us);
+  return pool;
+}
+
+void ThreadPool::run_chunks(Job& job) {
+  bool was = t_in_pool_chunk;
+  t_in_pool_chunk = true;
+  for (;;) {
+    int64_t c = job.next.fetch_add(1);
+    if (c >= job.chunks) break;
+    if (!job.failed.load(std::memory_order_relaxed)) {
+      int64_t b = c * job.grain;
+      int64_t e = b + job.grain < job.n ? b + job.grain : job.n;
+      try {
+        (*job.fn)(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(job.err_mu);
+        if (!job.err) job.err = std::current_exception();
+        job.failed.store(true);
+      }
+    }
+    if (job.remaining.fetch_sub(1) == 1) job.remaining.notify_all();
+  }
+  t_in_pool_chunk = was;
+}
+
+void ThreadPool::worker_main(int) {
+  uint32_t seen = epoch_.load();
+  for (;;) {
+    // stop_ is set before epoch_ is bumped: if this thread read `seen` after the final bump, it
+    // sees stop_ here and never waits on an epoch that will not change again.
+    if (stop_.load()) return;
+    // Bounded spin for the next job, then sleep until epoch_ changes.
+    if (!spin_until(spin_us_, [&] { return epoch_.load(std::memory_order_acquire) != seen; }))
+      epoch_.wait(seen);
+    uint32_t now = epoch_.load(std::memory_order_acquire);
+    if (now == seen) continue;  // spurious wake-up
+    seen = now;
+    if (stop_.load()) return;
+    // Register before touching the job, so the caller cannot finish and destroy it under us;
+    // then re-check that it is still posted (the caller clears job_ before waiting on active_).
+    active_.fetch_add(1);
+    Job* j = job_.load();
+    if (j) run_chunks(*j);
+    active_.fetch_sub(1);
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  int64_t chunks = (n + grain - 1) / grain;
+  // Inline: nothing to share, nested inside a chunk, or another caller has the workers (its
+  // threads are busy anyway; concurrent callers are their own parallelism).
+  std::unique_lock<std::mutex> lk(caller_mu_, std::defer_lock);
+  if (threads_ <= 1 || chunks <= 1 || t_in_pool_chunk || !lk.try_lock()) {
+    fn(0, n);
+    return;
+  }
+  if (chunks > int64_t(1) << 30) {  // keep the futex counter in range: coarser chunks
+    grain = (n + (int64_t(1) << 30) - 1) >> 30;
+    chunks = (n + grain - 1) / grain;
+  }
+  Job job;
+  job.fn = &fn;
+  job.n = n;
+  job.grain = grain;
+  job.chunks = chunks;
+  job.remaining.store(uint32_t(chunks));
+  job_.store(&job);
+  epoch_.fetch_add(1, std::memory_order_release);
+  epoch_.notify_all();
+  run_chunks(job);
+  // Wait for chunks other threads took: spin briefly, then sleep on the counter.
+  for (;;) {
+    uint32_t r = job.remaining.load();
+    if (r == 0) break;
+    if (spin_until(spin_us_, [&] { return job.remaining.load() == 0; })) break;
+    r = job.remaining.load();
+    if (r != 0) job.remaining.wait(r);
+  }
+  job_.store(nullptr);
+  // Workers leaving run_chunks: a few instructions, unless one was preempted right there.
+  for (int i = 0; active_.load() != 0; ++i) {
+    if (i < 1024) BASALT_CPU_RELAX();
+    else std::this_thread::yield();
+  }
+  if (job.err) std::rethrow_exception(job.err);
+}
+
+}  // namespace basalt

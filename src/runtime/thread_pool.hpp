@@ -1,0 +1,75 @@
+// One thread pool type for the whole runtime (issue 5).
+//
+// - A session owns a pool, or sessions share the process-wide one (SessionOptions::shared_pool).
+// - parallel_for hands out chunks dynamically from an atomic counter, so a slow or preempted
+//   thread holds up at most one chunk; the caller works too.
+// - Waiting threads spin for a bounded time (spin_us; 0 = never spin), then sleep on a futex.
+//   An idle pool uses no CPU.
+// - A pool with 1 thread, a null pool, a nested call (from inside a chunk) and a call made while
+//   another caller has the pool all run the loop inline on the calling thread: results never
+//   depend on which of these happened, only the speed does.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace basalt {
+
+class ThreadPool {
+ public:
+  // threads: total threads that work on a parallel_for, the caller included (>= 1).
+  explicit ThreadPool(int threads, int spin_us = 50);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int threads() const { return threads_; }
+  int spin_us() const { return spin_us_; }
+
+  // Equivalent to the serial loop
+  //   fn(0, n);
+  // split into chunks [b, e) whose bounds are multiples of grain (or n): the chunks run in any
+  // order, on up to threads() threads at once, so fn must handle any such sub-range and chunks
+  // must not write to the same memory. If fn throws, the first exception is rethrown to the
+  // caller after every started chunk has finished (chunks not yet started are skipped).
+  void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+  // The process-wide pool (created on first use with `threads` threads; later calls get the same
+  // pool whatever they ask for).
+  static std::shared_ptr<ThreadPool> shared(int threads, int spin_us = 50);
+  // Cores this process may run on (sched_getaffinity), at least 1.
+  static int available_cores();
+
+ private:
+  struct Job;
+  void worker_main(int index);
+  void run_chunks(Job& job);
+
+  int threads_;
+  int spin_us_;
+  std::vector<std::thread> workers_;
+  std::mutex caller_mu_;                 // one parallel_for owns the workers at a time
+  std::atomic<uint32_t> epoch_{0};       // bumped to wake workers for a new job (futex word)
+  std::atomic<Job*> job_{nullptr};
+  std::atomic<int> active_{0};           // workers currently touching *job_
+  std::atomic<bool> stop_{false};
+};
+
+// Runs fn over [0, n) on `pool` in chunks of `grain`; inline (one call fn(0, n)) when pool is null,
+// has 1 thread, or n <= grain.
+inline void parallel_for(ThreadPool* pool, int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  if (n <= 0) return;
+  if (grain < 1) grain = 1;
+  if (!pool || pool->threads() <= 1 || n <= grain) {
+    fn(0, n);
+    return;
+  }
+  pool->parallel_for(n, grain, fn);
+}
+
+}  // namespace basalt
