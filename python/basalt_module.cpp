@@ -457,12 +457,22 @@ py::list run_session(const PySession& ps, py::object output_names, py::object in
 
 py::dict memory_stats(const PySession& ps) {
   const basalt::Model& m = ps.s->model();
+  basalt::MemoryStats st = ps.s->memory_stats();
   py::dict d;
-  d["weight_bytes"] = m.weight_bytes;
-  d["weight_bytes_in_place"] = m.weight_bytes_in_place;
-  d["weight_bytes_copied"] = m.weight_bytes - m.weight_bytes_in_place;
+  d["weight_bytes"] = st.weights_bytes;
+  d["weight_bytes_in_place"] = st.weights_in_place_bytes;
+  d["weight_bytes_copied"] = st.weights_bytes - st.weights_in_place_bytes;
+  d["packed_weight_bytes"] = st.packed_weights_bytes;
   d["model_file_bytes"] = m.file_size;
-  d["memory_limit"] = ps.s->options().memory_limit;
+  d["plan_cache_hits"] = st.plan_cache_hits;
+  d["plan_cache_misses"] = st.plan_cache_misses;
+  d["plan_cache_evictions"] = st.plan_cache_evictions;
+  d["plan_cache_entries"] = st.plan_cache_entries;
+  d["plan_cache_bytes"] = st.plan_cache_bytes;
+  d["arena_bytes"] = st.arena_bytes;
+  d["last_run_arena_bytes"] = st.last_run_arena_bytes;
+  d["peak_run_bytes"] = st.peak_run_bytes;
+  d["memory_limit"] = st.memory_limit;
   return d;
 }
 
@@ -483,7 +493,7 @@ PYBIND11_MODULE(basalt, m) {
             if (n < 0) throw py::value_error("intra_op_num_threads must be >= 0 (0 = all cores)");
             o.threads = n;
           },
-          "Threads one run may use inside an op; 0 means the default (1). The reference kernels use one.")
+          "Threads one run may use inside an op, the calling thread included; 0 = every core this process may use.")
       .def_property(
           "threads", [](const basalt::SessionOptions& o) { return o.threads; },
           [](basalt::SessionOptions& o, int n) {
@@ -492,7 +502,38 @@ PYBIND11_MODULE(basalt, m) {
           },
           "Alias of intra_op_num_threads.")
       .def_readwrite("memory_limit", &basalt::SessionOptions::memory_limit,
-                     "Bytes; 0 = no limit. Stored but not enforced yet: the memory planner is the next issue.")
+                     "Bytes; 0 = no limit. A run whose memory plan needs more raises MemoryLimitError before "
+                     "allocating; the session stays usable for smaller inputs.")
+      .def_readwrite("shared_pool", &basalt::SessionOptions::shared_pool,
+                     "Use the process-wide thread pool (shared by every session that sets this) instead of an own one.")
+      .def_property(
+          "spin_us", [](const basalt::SessionOptions& o) { return o.spin_us; },
+          [](basalt::SessionOptions& o, int v) {
+            if (v < 0) throw py::value_error("spin_us must be >= 0 (0 = never spin)");
+            o.spin_us = v;
+          },
+          "Microseconds an idle pool thread spins before it sleeps; 0 = never spin.")
+      .def_property(
+          "graph_optimization_level", [](const basalt::SessionOptions& o) { return o.optimization_level; },
+          [](basalt::SessionOptions& o, py::object v) {
+            int l = -1;
+            if (py::isinstance<py::int_>(v)) l = v.cast<int>();
+            else if (py::hasattr(v, "value")) l = v.attr("value").cast<int>();  // onnxruntime-style enum
+            if (l == 99) l = 3;                                                   // ORT_ENABLE_ALL
+            if (l < 0 || l > 3)
+              throw py::value_error("graph_optimization_level must be 0 (none), 1 (basic), 2 (extended) or 3/99 (all)");
+            o.optimization_level = l;
+          },
+          "0 none, 1 basic, 2 extended, 3 (or 99, onnxruntime's ORT_ENABLE_ALL) all; default all.")
+      .def_property(
+          "plan_cache_entries", [](const basalt::SessionOptions& o) { return o.plan_cache_entries; },
+          [](basalt::SessionOptions& o, long long v) {
+            if (v < 0) throw py::value_error("plan_cache_entries must be >= 0 (0 = no caching)");
+            o.plan_cache_entries = size_t(v);
+          },
+          "Memory plans cached per input-shape signature (LRU); 0 = plan every run.")
+      .def_readwrite("plan_cache_bytes", &basalt::SessionOptions::plan_cache_bytes,
+                     "Bound on the cached plans' arena bytes.")
       .def_readwrite("allow_unsupported", &basalt::SessionOptions::allow_unsupported,
                      "Load a model that has ops basalt cannot run (running it raises UnsupportedError).")
       .def_readwrite("enable_profiling", &basalt::SessionOptions::enable_profiling,
@@ -547,9 +588,10 @@ PYBIND11_MODULE(basalt, m) {
            })
       .def("get_providers", [](const PySession&) { return std::vector<std::string>{"CPUExecutionProvider"}; })
       .def("memory_stats", &memory_stats,
-           "What basalt measures today, in bytes: weight_bytes (all constant tensors), weight_bytes_in_place "
-           "(of which used in place from the mapped file), weight_bytes_copied, model_file_bytes, memory_limit. "
-           "There is no memory planner yet, so no planned peak is reported.")
+           "Memory figures in bytes and plan-cache counters: weight_bytes (all constant tensors), "
+           "weight_bytes_in_place (used in place from the mapped file), weight_bytes_copied, packed_weight_bytes "
+           "(copies kernels made in packed layouts), model_file_bytes, plan_cache_hits/misses/evictions/entries/"
+           "bytes, arena_bytes, last_run_arena_bytes, peak_run_bytes, memory_limit.")
       .def(
           "end_profiling",
           [](const PySession& ps, const std::string& path) {

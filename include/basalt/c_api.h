@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 /* Version of the API described by this header. Bumped when functions or fields are added. */
-#define BASALT_API_VERSION 1
+#define BASALT_API_VERSION 2
 BASALT_C_EXPORT uint32_t basalt_api_version(void);
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -131,14 +131,30 @@ typedef struct basalt_session_options {
   size_t struct_size;        /* sizeof(basalt_session_options) */
   int32_t threads;           /* intra-op threads; 0 = all cores. Must be >= 0. */
   int32_t allow_unsupported; /* nonzero: load models with ops basalt lacks (running them fails) */
-  uint64_t memory_limit;     /* bytes, 0 = no limit. Stored; not enforced yet (see README). */
+  uint64_t memory_limit;     /* bytes, 0 = no limit: a run whose memory plan needs more fails with
+                                BASALT_STATUS_MEMORY_LIMIT before allocating */
   /* Profiling: when profile_path is non-NULL and non-empty or enable_profiling is nonzero, every run
    * is recorded per node; basalt_session_end_profiling() writes a Chrome trace (the string is
    * copied at session creation). */
   const char* profile_path;
   int32_t enable_profiling;
+  /* --- API version 2 (appended; a version-1 struct_size leaves these at their defaults) --- */
+  int32_t shared_pool;        /* nonzero: use the process-wide thread pool instead of an own one */
+  int32_t spin_us;            /* idle spin before a pool thread sleeps: 0 = default (50 us),
+                                 BASALT_SPIN_NEVER = never spin, else microseconds */
+  int32_t optimization_level; /* BASALT_OPT_DEFAULT (= all), _NONE, _BASIC, _EXTENDED, _ALL */
+  int64_t plan_cache_entries; /* memory plans cached per input shape: 0 = default (32),
+                                 BASALT_PLAN_CACHE_DISABLED = plan every run, else the bound */
+  uint64_t plan_cache_bytes;  /* bound on the cached plans' arena bytes: 0 = default (2 GiB) */
 } basalt_session_options;
-#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0}
+#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define BASALT_SPIN_NEVER (-1)
+#define BASALT_OPT_DEFAULT 0
+#define BASALT_OPT_NONE 1
+#define BASALT_OPT_BASIC 2
+#define BASALT_OPT_EXTENDED 3
+#define BASALT_OPT_ALL 4
+#define BASALT_PLAN_CACHE_DISABLED (-1)
 
 /* Loads a model. `options` may be NULL (defaults). On success *out is a new session that the caller
  * destroys with basalt_session_destroy(); weights are used in place from the memory-mapped file. */
@@ -152,6 +168,23 @@ BASALT_C_EXPORT basalt_status* basalt_session_create_from_bytes(const void* data
                                                                 basalt_session** out);
 /* Destroys the session. Tensors it returned stay valid. NULL is a no-op. */
 BASALT_C_EXPORT void basalt_session_destroy(basalt_session* session);
+
+/* Memory figures of a session (see basalt::MemoryStats in basalt.hpp). */
+typedef struct basalt_memory_stats {
+  size_t struct_size;               /* in: sizeof(basalt_memory_stats) */
+  uint64_t weights_bytes;           /* constant tensors of the model */
+  uint64_t weights_in_place_bytes;  /* of which used in place from the mapped file */
+  uint64_t packed_weights_bytes;    /* copies kernels made at load (packed layouts) */
+  uint64_t plan_cache_hits, plan_cache_misses, plan_cache_evictions;
+  uint64_t plan_cache_entries;      /* plans held now */
+  uint64_t plan_cache_bytes;        /* arena bytes of the plans held now */
+  uint64_t arena_bytes;             /* arena memory allocated now */
+  uint64_t last_run_arena_bytes;    /* planned arena of the last run */
+  uint64_t peak_run_bytes;          /* largest planned peak of any run */
+  uint64_t memory_limit;            /* 0 = none */
+} basalt_memory_stats;
+/* Fills *stats (whose struct_size the caller sets). Thread-safe. Since API version 2. */
+BASALT_C_EXPORT basalt_status* basalt_session_memory_stats(const basalt_session* session, basalt_memory_stats* stats);
 
 /* Writes the profile recorded so far as a Chrome trace to `path` (NULL or "" = the options'
  * profile_path). Fails with BASALT_STATUS_INVALID_ARGUMENT when profiling is off or no path is known. */

@@ -106,6 +106,30 @@ basalt::SessionOptions read_options(const basalt_session_options* o) {
     so.profile_path = o->profile_path;
   if (o->struct_size >= offsetof(basalt_session_options, enable_profiling) + sizeof(int32_t))
     so.enable_profiling = o->enable_profiling != 0;
+  auto has = [&](size_t off, size_t sz) { return o->struct_size >= off + sz; };
+  if (has(offsetof(basalt_session_options, shared_pool), sizeof(int32_t))) so.shared_pool = o->shared_pool != 0;
+  if (has(offsetof(basalt_session_options, spin_us), sizeof(int32_t))) {
+    if (o->spin_us < 0 && o->spin_us != BASALT_SPIN_NEVER)
+      invalid("basalt_session_options.spin_us must be >= 0 or BASALT_SPIN_NEVER, got " + std::to_string(o->spin_us));
+    if (o->spin_us == BASALT_SPIN_NEVER) so.spin_us = 0;
+    else if (o->spin_us > 0) so.spin_us = o->spin_us;
+  }
+  if (has(offsetof(basalt_session_options, optimization_level), sizeof(int32_t))) {
+    int32_t l = o->optimization_level;
+    if (l < BASALT_OPT_DEFAULT || l > BASALT_OPT_ALL)
+      invalid("basalt_session_options.optimization_level must be one of BASALT_OPT_DEFAULT/NONE/BASIC/EXTENDED/ALL (0..4), got " +
+              std::to_string(l));
+    if (l != BASALT_OPT_DEFAULT) so.optimization_level = l - BASALT_OPT_NONE;
+  }
+  if (has(offsetof(basalt_session_options, plan_cache_entries), sizeof(int64_t))) {
+    int64_t e = o->plan_cache_entries;
+    if (e < 0 && e != BASALT_PLAN_CACHE_DISABLED)
+      invalid("basalt_session_options.plan_cache_entries must be >= 0 or BASALT_PLAN_CACHE_DISABLED, got " + std::to_string(e));
+    if (e == BASALT_PLAN_CACHE_DISABLED) so.plan_cache_entries = 0;
+    else if (e > 0) so.plan_cache_entries = size_t(e);
+  }
+  if (has(offsetof(basalt_session_options, plan_cache_bytes), sizeof(uint64_t)) && o->plan_cache_bytes)
+    so.plan_cache_bytes = o->plan_cache_bytes;
   return so;
 }
 
@@ -268,6 +292,34 @@ basalt_status* basalt_session_end_profiling(basalt_session* session, const char*
   return guarded([&] {
     if (!session) invalid("session is NULL");
     session->session->end_profiling(path ? path : "");
+  });
+}
+
+basalt_status* basalt_session_memory_stats(const basalt_session* session, basalt_memory_stats* stats) {
+  return guarded([&] {
+    if (!session) invalid("session is NULL");
+    if (!stats) invalid("stats is NULL");
+    constexpr size_t kV2 = sizeof(basalt_memory_stats);
+    size_t struct_size = stats->struct_size;
+    if (struct_size < offsetof(basalt_memory_stats, memory_limit) + sizeof(uint64_t) || struct_size > kMaxStructSize)
+      invalid("basalt_memory_stats.struct_size is " + std::to_string(struct_size) + "; set it to sizeof(basalt_memory_stats)");
+    basalt::MemoryStats m = session->session->memory_stats();
+    basalt_memory_stats r{};
+    r.struct_size = struct_size;
+    r.weights_bytes = m.weights_bytes;
+    r.weights_in_place_bytes = m.weights_in_place_bytes;
+    r.packed_weights_bytes = m.packed_weights_bytes;
+    r.plan_cache_hits = m.plan_cache_hits;
+    r.plan_cache_misses = m.plan_cache_misses;
+    r.plan_cache_evictions = m.plan_cache_evictions;
+    r.plan_cache_entries = m.plan_cache_entries;
+    r.plan_cache_bytes = m.plan_cache_bytes;
+    r.arena_bytes = m.arena_bytes;
+    r.last_run_arena_bytes = m.last_run_arena_bytes;
+    r.peak_run_bytes = m.peak_run_bytes;
+    r.memory_limit = m.memory_limit;
+    std::memcpy(stats, &r, kV2);
+    if (struct_size > kV2) std::memset(reinterpret_cast<unsigned char*>(stats) + kV2, 0, struct_size - kV2);
   });
 }
 

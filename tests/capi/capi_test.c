@@ -9,6 +9,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,7 +211,7 @@ static void test_struct_versioning(void) {
 static void test_options(void) {
   basalt_session_options o = BASALT_SESSION_OPTIONS_INIT;
   o.threads = 2;
-  o.memory_limit = (uint64_t)1 << 30; /* stored, not enforced yet */
+  o.memory_limit = (uint64_t)1 << 30;
   basalt_session* s = NULL;
   OK(basalt_session_create_from_path(g_test_add, &o, &s));
   if (s) run_test_add(s);
@@ -543,6 +544,49 @@ static void test_profiling(void) {
   basalt_session_destroy(s);
 }
 
+/* API version 2 options (pool, spin, optimization level, plan cache) are accepted and checked;
+ * a version-1 struct_size (ending after memory_limit) still works; memory stats report weights. */
+static void test_options_v2_and_memory_stats(void) {
+  basalt_session_options o = BASALT_SESSION_OPTIONS_INIT;
+  o.threads = 2;
+  o.shared_pool = 1;
+  o.spin_us = BASALT_SPIN_NEVER;
+  o.optimization_level = BASALT_OPT_NONE;
+  o.plan_cache_entries = 4;
+  o.plan_cache_bytes = (uint64_t)64 << 20;
+  basalt_session* s = NULL;
+  OK(basalt_session_create_from_path(g_test_add, &o, &s));
+  if (s) run_test_add(s);
+  basalt_memory_stats st;
+  memset(&st, 0xFF, sizeof st);
+  st.struct_size = sizeof st;
+  if (s) OK(basalt_session_memory_stats(s, &st));
+  CHECK(st.memory_limit == 0);
+  CHECK(st.weights_in_place_bytes <= st.weights_bytes);
+  basalt_memory_stats bad = {.struct_size = 4};
+  if (s) EXPECT_ERROR(basalt_session_memory_stats(s, &bad), BASALT_STATUS_INVALID_ARGUMENT, "struct_size");
+  EXPECT_ERROR(basalt_session_memory_stats(NULL, &st), BASALT_STATUS_INVALID_ARGUMENT, "session is NULL");
+  basalt_session_destroy(s);
+
+  basalt_session_options v1 = BASALT_SESSION_OPTIONS_INIT;
+  v1.struct_size = offsetof(basalt_session_options, memory_limit) + sizeof(uint64_t);
+  v1.threads = 1;
+  s = NULL;
+  OK(basalt_session_create_from_path(g_test_add, &v1, &s));
+  if (s) run_test_add(s);
+  basalt_session_destroy(s);
+
+  basalt_session_options e = BASALT_SESSION_OPTIONS_INIT;
+  e.optimization_level = 9;
+  EXPECT_ERROR(basalt_session_create_from_path(g_test_add, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "optimization_level");
+  e.optimization_level = 0;
+  e.spin_us = -5;
+  EXPECT_ERROR(basalt_session_create_from_path(g_test_add, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "spin_us");
+  e.spin_us = 0;
+  e.plan_cache_entries = -7;
+  EXPECT_ERROR(basalt_session_create_from_path(g_test_add, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "plan_cache_entries");
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) g_models = argv[1];
   if (argc > 2) g_test_add = argv[2];
@@ -557,6 +601,7 @@ int main(int argc, char** argv) {
       {"metadata_symbolic_dims", test_metadata_symbolic},
       {"struct_size_versioning", test_struct_versioning},
       {"options_threads_memory_limit_allow_unsupported", test_options},
+      {"options_v2_and_memory_stats", test_options_v2_and_memory_stats},
       {"run_symbolic_caller_and_basalt_memory", test_run_symbolic},
       {"output_outlives_session", test_output_outlives_session},
       {"string_tensors", test_strings},

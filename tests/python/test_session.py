@@ -217,14 +217,14 @@ def test_wrong_inputs(relu_model):
 
 def test_options(relu_model):
     o = basalt.SessionOptions()
-    assert o.intra_op_num_threads == 1 and o.memory_limit == 0 and o.allow_unsupported is False
+    assert o.intra_op_num_threads == 0 and o.memory_limit == 0 and o.allow_unsupported is False
     o.intra_op_num_threads = 4
     assert o.threads == 4
     o.memory_limit = 1 << 30
     with pytest.raises(ValueError):
         o.intra_op_num_threads = -1
     with pytest.raises(AttributeError):
-        o.graph_optimization_level = 99  # not a basalt knob: no silent acceptance
+        o.inter_op_num_threads = 2  # not a basalt knob: no silent acceptance
     s = basalt.InferenceSession(str(relu_model), o)
     assert s.options.intra_op_num_threads == 4 and s.memory_stats()["memory_limit"] == 1 << 30
     with pytest.raises(TypeError):
@@ -402,3 +402,23 @@ def test_profiling_through_session_options(relu_model, tmp_path):
     off = basalt.InferenceSession(relu_model)
     with pytest.raises(basalt.InvalidArgumentError):
         off.end_profiling(str(tmp_path / "none.json"))
+
+
+def test_session_options_pool_spin_level_plan_cache():
+    o = basalt.SessionOptions()
+    o.shared_pool = True
+    o.spin_us = 0
+    o.graph_optimization_level = 1
+    o.plan_cache_entries = 3
+    o.plan_cache_bytes = 1 << 26
+    assert (o.shared_pool, o.spin_us, o.graph_optimization_level, o.plan_cache_entries) == (True, 0, 1, 3)
+    o.graph_optimization_level = 99  # onnxruntime's ORT_ENABLE_ALL
+    assert o.graph_optimization_level == 3
+    for attr, bad in (("spin_us", -1), ("graph_optimization_level", 7), ("plan_cache_entries", -2)):
+        with pytest.raises(ValueError, match=attr):
+            setattr(o, attr, bad)
+    s = basalt.InferenceSession(str(DET), o)
+    st = s.memory_stats()
+    for k in ("packed_weight_bytes", "plan_cache_hits", "plan_cache_misses", "plan_cache_evictions",
+              "plan_cache_entries", "arena_bytes", "peak_run_bytes"):
+        assert k in st and st[k] >= 0
