@@ -2,12 +2,13 @@
 #   make build   install missing Debian packages, build Release into build/ (CLI: build/basalt)
 #   make test    build, then run every test suite; ends with "N passed, N failed"
 #   make demo    build, fetch PaddleOCR v4 text detection, run it at two input sizes
+#   make bench   build, then basalt vs ONNX Runtime 1.30 side by side (scripts/bench.sh; slow)
 #   make fuzz    libFuzzer run (clang-14, build-fuzz/) for FUZZ_SECONDS in all (default 60)
 #   make test-sanitize  ASan + UBSan build (build-sanitize/): unit, bad-input, Debian conformance, fuzz regressions
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: build setup test demo clean fuzz test-sanitize test-unit test-conformance test-parity
+.PHONY: build setup test demo clean fuzz test-sanitize test-unit test-conformance test-parity bench
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +22,11 @@ test: build
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)
+
+# basalt vs ONNX Runtime 1.30 (speed at 1 and 2 threads, memory scenarios); slow, not part of test.
+# BENCH_ARGS passes options to scripts/bench_compare.py, e.g. BENCH_ARGS="--threads 2 --models resnet50".
+bench: build
+	@bash scripts/bench.sh $(BUILD) $(BENCH_ARGS)
 
 FUZZ_SECONDS ?= 60
 fuzz: setup

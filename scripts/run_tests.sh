@@ -82,6 +82,12 @@ if [ -f "$ROOT/tests/parity/run_light.py" ] && [ -d "$SHARED/onnx-testdata/light
   run_suite light "$PY" "$ROOT/tests/parity/run_light.py" --basalt "$BASALT" --light-dir "$SHARED/onnx-testdata/light"
 fi
 run_suite cli-profile "$PY" "$ROOT/tests/cli/profile_test.py" "$BASALT"
+run_suite memory-plan "$PY" "$ROOT/tests/memory/plan_vs_run.py" "$BASALT"
+run_suite cli-bench "$PY" "$ROOT/tests/cli/bench_test.py" "$BASALT"
+# Memory curves (issue 4 (a), (b)): PaddleOCR det over 30 sizes, 20 det/rec/cls switch cycles (~20 s).
+run_suite memory "$PY" "$ROOT/tests/memory/memory_curves.py" "$BASALT"
+# Smoke run of the ORT side-by-side benchmark (make bench): SqueezeNet, 1 thread, 3 iterations.
+run_suite bench-smoke bash "$ROOT/scripts/bench.sh" "$BUILD" --quick
 run_suite capi "$ROOT/tests/capi/run.sh" "$BUILD"
 run_suite python pytest_suite "$ROOT/tests/python"
 run_suite fuzz-regressions "$ROOT/tests/fuzz/replay.sh" "$BUILD"
@@ -90,6 +96,9 @@ run_suite fuzz-regressions "$ROOT/tests/fuzz/replay.sh" "$BUILD"
 if [ "${BASALT_FUZZ_SECONDS:-60}" -gt 0 ]; then
   run_suite fuzz-short bash "$ROOT/scripts/fuzz.sh" "${BASALT_FUZZ_SECONDS:-60}"
 fi
+run_suite optimizer "$PY" "$ROOT/tests/opt/run_opt_tests.py" "$BASALT"
+# Transformer fusions on BERT-base/mini and the PaddleOCR recognizer: counts and outputs (~40 s).
+run_suite fusions "$PY" "$ROOT/tests/opt/fusions_real.py" "$BASALT"
 if [ -f "$ROOT/tests/parity/run_parity.py" ]; then
   run_suite parity "$PY" "$ROOT/tests/parity/run_parity.py" --basalt "$BASALT"
 fi

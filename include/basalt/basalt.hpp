@@ -48,6 +48,9 @@ struct SessionOptions {
   // (arena bytes of the cached plans); 0 entries = no caching (plan every run).
   size_t plan_cache_entries = 32;
   uint64_t plan_cache_bytes = uint64_t(2) << 30;
+  // Run in a planned arena (runtime/planner.hpp). Off: every tensor comes from the heap (for
+  // comparing results and memory); the plan is still made for the memory limit.
+  bool memory_plan = true;
 };
 
 // Memory figures of a session (Session::memory_stats).
@@ -63,6 +66,23 @@ struct MemoryStats {
   uint64_t last_run_arena_bytes = 0;  // planned arena of the last run
   uint64_t peak_run_bytes = 0;        // largest planned peak (arena + workspaces) of any run
   uint64_t memory_limit = 0;          // 0 = none
+  uint64_t arena_maps = 0;            // arenas mapped since the session was created
+  uint64_t heap_fallbacks = 0;        // planned tensors that came from the heap (prediction missed)
+  uint64_t unplanned_alias_runs = 0;  // runs that left the arena early (a kernel kept an unplanned view)
+  uint64_t last_run_heap_bytes = 0;   // bytes the last run took from the heap via KernelContext
+};
+
+// The memory plan of one input-shape signature (Session::plan_memory, `basalt plan`).
+struct MemoryPlanReport {
+  std::string key;                    // canonical input signature
+  uint64_t arena_bytes = 0;           // one arena holds every planned intermediate and workspace
+  uint64_t tensor_bytes = 0;          // the planned intermediates before reuse
+  uint64_t workspace_bytes = 0;       // largest kernel workspace
+  uint64_t inputs_bytes = 0, outputs_bytes = 0;
+  uint64_t weights_bytes = 0, packed_weights_bytes = 0;
+  uint64_t peak_bytes = 0;            // weights + packed + arena + inputs + outputs
+  int planned_tensors = 0, aliased_tensors = 0;
+  std::vector<std::string> dynamic_values;  // sizes that depend on data: not in peak_bytes
 };
 
 // Metadata of a graph input or output.
@@ -98,6 +118,11 @@ class Session {
 
   // Counters and sizes; cheap, thread-safe.
   MemoryStats memory_stats() const;
+
+  // Plans the memory of a run with these input shapes without running (and caches the plan).
+  // Inputs not named keep their default (initializer) or their fixed dims; an input with
+  // symbolic dims must be named. dtypes are the model's.
+  MemoryPlanReport plan_memory(const std::map<std::string, Shape>& shapes) const;
 
   const Model& model() const;
   const SessionOptions& options() const;

@@ -22,6 +22,13 @@ namespace basalt {
 using Shape = std::vector<int64_t>;
 
 int64_t shape_numel(const Shape& s);  // product of dims (1 for a scalar)
+
+// Memory blocks basalt has allocated since the process started: tensor storage, run arenas and
+// heap workspaces. Tests read it to show that repeated runs of one shape allocate nothing new.
+uint64_t allocation_count();
+namespace detail {
+void count_allocation();
+}
 std::string shape_str(const Shape& s);  // "[1,3,224,224]"
 
 struct Storage {
@@ -30,6 +37,7 @@ struct Storage {
   size_t count = 0;             // element count (for String destruction)
   DType dtype = DType::Undefined;
   bool owned = false;           // allocated by basalt (freed in the destructor)
+  bool mapped = false;          // owned and allocated with mmap (large blocks: munmap gives pages back)
   std::shared_ptr<const void> keep_alive;  // for views: whatever owns the bytes
   Storage() = default;
   Storage(const Storage&) = delete;

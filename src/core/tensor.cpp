@@ -1,12 +1,15 @@
 #include <basalt/tensor.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 #include <sstream>
 
+#include <sys/mman.h>
 #include <sys/sysinfo.h>
+#include <unistd.h>
 
 namespace basalt {
 
@@ -25,13 +28,27 @@ std::string shape_str(const Shape& s) {
   return r + "]";
 }
 
+static std::atomic<uint64_t> g_allocations{0};
+uint64_t allocation_count() { return g_allocations.load(std::memory_order_relaxed); }
+void detail::count_allocation() { g_allocations.fetch_add(1, std::memory_order_relaxed); }
+
+// Blocks from this size up are mapped directly: munmap returns them to the OS at once, where a
+// freed malloc block of that size may stay resident in the heap.
+static constexpr size_t kMmapThreshold = size_t(64) << 10;
+
+static size_t mapped_size(size_t bytes) {
+  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  return (bytes + page - 1) / page * page;
+}
+
 Storage::~Storage() {
   if (!owned || !data) return;
   if (dtype == DType::String) {
     auto* p = static_cast<std::string*>(data);
     for (size_t i = 0; i < count; ++i) p[i].~basic_string();
   }
-  std::free(data);
+  if (mapped) munmap(data, mapped_size(bytes));
+  else std::free(data);
 }
 
 // Largest tensor basalt will allocate in one piece; anything larger is certainly a bogus
@@ -77,7 +94,16 @@ void Tensor::allocate(bool zero) {
   auto st = std::make_shared<Storage>();
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
-  void* p = std::aligned_alloc(64, alloc);
+  void* p = nullptr;
+  bool mapped = dtype != DType::String && alloc >= kMmapThreshold;
+  if (mapped) {
+    // Anonymous pages are zero-filled by the kernel: no memset needed, and untouched pages
+    // never become resident.
+    p = mmap(nullptr, mapped_size(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) p = nullptr;
+  } else {
+    p = std::aligned_alloc(64, alloc);
+  }
   if (!p)
     BASALT_THROW(MemoryLimit, "out of memory allocating " + std::to_string(bytes) + " bytes for tensor " +
                                   shape_str(shape_));
@@ -86,10 +112,12 @@ void Tensor::allocate(bool zero) {
   st->count = size_t(n);
   st->dtype = dtype;
   st->owned = true;
+  st->mapped = mapped;
+  detail::count_allocation();
   if (dtype == DType::String) {
     auto* s = static_cast<std::string*>(p);
     for (size_t i = 0; i < n; ++i) new (s + i) std::string();
-  } else if (zero) {
+  } else if (zero && !mapped) {
     std::memset(p, 0, alloc);
   }
   storage_ = std::move(st);

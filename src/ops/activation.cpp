@@ -5,6 +5,8 @@
 // float4e2m1 and the 4-/2-bit integers (stored unpacked, one element per byte).
 #include "ops/common.hpp"
 
+#include "kernels/eltwise.hpp"
+
 #include <algorithm>
 #include <cfloat>
 #include <charconv>
@@ -64,6 +66,16 @@ void unary_numeric(KernelContext& ctx, F f) {
     }
   });
   if (!ok) unsupported_dtype(ctx, 0, x.dtype());
+}
+
+// float32 inputs go to the vectorized kernel (kernels/eltwise.hpp); returns false for other
+// dtypes, which take the reference loop.
+bool fast_unary(KernelContext& ctx, kernels::UnaryOp op, kernels::UnaryParams p = {}) {
+  const Tensor& x = ctx.input(0);
+  if (x.dtype() != DType::Float) return false;
+  Tensor& y = ctx.output_uninit(0, DType::Float, x.shape());
+  kernels::unary_f32(ctx.pool(), op, p, x.data<float>(), y.data<float>(), x.numel());
+  return true;
 }
 
 template <class C>
@@ -502,6 +514,7 @@ void register_activation_ops(OpRegistry& r) {
   // ---- Relu: max(0, x). Integer types since opset 14. ----
   add_versions(r, "Relu", {1, 6, 13, 14}, [](const Node&) {
     return kernel([](KernelContext& ctx) {
+      if (fast_unary(ctx, kernels::UnaryOp::Relu)) return;
       const Tensor& x = ctx.input(0);
       Tensor& y = ctx.output(0, x.dtype(), x.shape());
       bool ok = visit_numeric(x.dtype(), [&]<class T>() {
@@ -522,6 +535,7 @@ void register_activation_ops(OpRegistry& r) {
   add_versions(r, "LeakyRelu", {1, 6, 16}, [](const Node& n) {
     float alpha = n.attr_float("alpha", 0.01f);
     return kernel([alpha](KernelContext& ctx) {
+      if (fast_unary(ctx, kernels::UnaryOp::LeakyRelu, {alpha, 0})) return;
       unary_float(ctx, [alpha](auto v) { using C = decltype(v); return v < 0 ? C(alpha) * v : v; });
     });
   });
@@ -565,12 +579,16 @@ void register_activation_ops(OpRegistry& r) {
   });
 
   add_versions(r, "Sigmoid", {1, 6, 13}, [](const Node&) {
-    return kernel([](KernelContext& ctx) { unary_float(ctx, [](auto v) { return sigmoid_of(v); }); });
+    return kernel([](KernelContext& ctx) {
+      if (fast_unary(ctx, kernels::UnaryOp::Sigmoid)) return;
+      unary_float(ctx, [](auto v) { return sigmoid_of(v); });
+    });
   });
 
   add_versions(r, "HardSigmoid", {1, 6, 22}, [](const Node& n) {
     float alpha = n.attr_float("alpha", 0.2f), beta = n.attr_float("beta", 0.5f);
     return kernel([alpha, beta](KernelContext& ctx) {
+      if (fast_unary(ctx, kernels::UnaryOp::HardSigmoid, {alpha, beta})) return;
       unary_float(ctx, [=](auto v) {
         using C = decltype(v);
         return std::max(C(0), std::min(C(1), C(alpha) * v + C(beta)));
@@ -580,6 +598,7 @@ void register_activation_ops(OpRegistry& r) {
 
   add_versions(r, "HardSwish", {14, 22}, [](const Node&) {
     return kernel([](KernelContext& ctx) {
+      if (fast_unary(ctx, kernels::UnaryOp::HardSwish)) return;
       unary_float(ctx, [](auto v) {
         using C = decltype(v);
         return v * std::max(C(0), std::min(C(1), v / C(6) + C(0.5)));
@@ -588,7 +607,10 @@ void register_activation_ops(OpRegistry& r) {
   });
 
   add_versions(r, "Tanh", {1, 6, 13}, [](const Node&) {
-    return kernel([](KernelContext& ctx) { unary_float(ctx, [](auto v) { return std::tanh(v); }); });
+    return kernel([](KernelContext& ctx) {
+      if (fast_unary(ctx, kernels::UnaryOp::Tanh)) return;
+      unary_float(ctx, [](auto v) { return std::tanh(v); });
+    });
   });
 
   add_versions(r, "Elu", {1, 6, 22}, [](const Node& n) {
@@ -651,6 +673,7 @@ void register_activation_ops(OpRegistry& r) {
       n.fail(ErrorCode::InvalidModel, "attribute approximate must be 'none' or 'tanh', got '" + approx + "'");
     bool use_tanh = approx == "tanh";
     return kernel([use_tanh](KernelContext& ctx) {
+      if (fast_unary(ctx, use_tanh ? kernels::UnaryOp::GeluTanh : kernels::UnaryOp::Gelu)) return;
       unary_float(ctx, [use_tanh](auto v) {
         using C = decltype(v);
         if (use_tanh) {
@@ -669,6 +692,7 @@ void register_activation_ops(OpRegistry& r) {
   r.add("Swish", 24, [](const Node& n) {
     float alpha = n.attr_float("alpha", 1.0f);
     return kernel([alpha](KernelContext& ctx) {
+      if (fast_unary(ctx, kernels::UnaryOp::Swish, {alpha, 0})) return;
       unary_float(ctx, [alpha](auto v) { using C = decltype(v); return v * sigmoid_of(C(alpha) * v); });
     });
   });
@@ -677,6 +701,7 @@ void register_activation_ops(OpRegistry& r) {
   add_versions(r, "Clip", {1, 6}, [](const Node& n) {
     float lo = n.attr_float("min", -FLT_MAX), hi = n.attr_float("max", FLT_MAX);
     return kernel([lo, hi](KernelContext& ctx) {
+      if (fast_unary(ctx, kernels::UnaryOp::Clip, {lo, hi})) return;
       unary_float(ctx, [=](auto v) { using C = decltype(v); return std::min(std::max(v, C(lo)), C(hi)); });
     });
   });
@@ -686,6 +711,13 @@ void register_activation_ops(OpRegistry& r) {
       bool ok = visit_numeric(x.dtype(), [&]<class T>() {
         T lo{}, hi{};
         bool has_lo = read_bound<T>(ctx, 1, lo), has_hi = read_bound<T>(ctx, 2, hi);
+        if constexpr (std::is_same_v<T, float>) {
+          // Same order as the loop below: max with lo first, then min with hi (lo > hi gives hi).
+          if (fast_unary(ctx, kernels::UnaryOp::Clip,
+                         {has_lo ? lo : -std::numeric_limits<float>::infinity(),
+                          has_hi ? hi : std::numeric_limits<float>::infinity()}))
+            return;
+        }
         Tensor& y = ctx.output(0, x.dtype(), x.shape());
         const T* a = x.data<T>();
         T* b = y.data<T>();

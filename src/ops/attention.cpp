@@ -2,11 +2,16 @@
 //   Attention (23, 24), RotaryEmbedding (23), CumProd (26), BitCast (26), SwiGLU (28),
 //   LinearAttention (27), ai.onnx.preview FlexAttention (1).
 //   (TensorScatter lives in indexing.cpp.)
+// Fused ops the optimizer introduces (docs/fused_ops.md): basalt::Attention (float32, on the
+// packed GEMM, parallel over batch x heads) and basalt::Gelu (vectorized row kernels).
 //
 // Float kernels compute in double and round intermediate results to the element type at the
 // points where the ONNX definition produces an intermediate tensor of that type, so float16
 // results match the specification's step-by-step evaluation closely.
 #include "ops/common.hpp"
+#include "kernels/eltwise.hpp"
+#include "kernels/gemm.hpp"
+#include "runtime/thread_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -680,9 +685,190 @@ void flex_attention_compute(KernelContext& ctx, const FlexAttrs& a) {
   from_doubles(Y, y);
 }
 
+// ------------------------------------------------------------------------------------------
+// basalt::Attention and basalt::Gelu: the fused ops the optimizer introduces (docs/fused_ops.md).
+// ------------------------------------------------------------------------------------------
+
+// The fused attention kernel works on blocks of up to kAttnRows query rows of one (batch, head):
+// scores = Q_blk K_h^T (sgemm, scale and the mask applied in its epilogue where the mask's
+// layout allows), softmax in place, then Y_blk = P V_h (sgemm). Q/K/V/Y are read and written in
+// place in their [B, S, H*D] layouts (leading dims H*D), so no head transpose is materialized,
+// and the block bounds the scratch to kAttnRows x Sk scores per worker.
+constexpr int64_t kAttnRows = 128;
+
+struct AttnScratch {
+  int64_t scores = 0, gemm = 0;
+  int64_t total() const { return scores + gemm; }
+};
+AttnScratch fused_attention_scratch(const kernels::GemmArch& ga, int64_t Sq, int64_t Sk, int64_t D, int64_t Dv) {
+  const int64_t rows = std::min(Sq, kAttnRows);
+  AttnScratch s;
+  s.scores = rows * Sk;
+  s.gemm = std::max(kernels::sgemm_workspace_floats(ga, rows, Sk, D, false, false),
+                    kernels::sgemm_workspace_floats(ga, rows, Dv, Sk, false, false));
+  s.scores = kernels::round_up(s.scores, 16);  // keep the gemm part 64-byte aligned
+  return s;
+}
+
+struct FusedAttentionAttrs {
+  int64_t heads = 0;
+  bool has_scale = false;
+  float scale = 0;
+};
+
+// One (batch, head). mask points at this (b, h)'s [Sq, Sk] plane with strides mask_s (rows) and
+// mask_t (columns); either may be 0 (broadcast).
+void fused_attention_head(const kernels::GemmArch& ga, const float* q, int64_t ldq, const float* k, int64_t ldk,
+                          const float* v, int64_t ldv, float* y, int64_t ldy, int64_t Sq, int64_t Sk, int64_t D,
+                          int64_t Dv, float scale, const float* mask, int64_t mask_s, int64_t mask_t, float* scratch,
+                          const AttnScratch& sz) {
+  float* sc = scratch;
+  float* ws = scratch + sz.scores;
+  const kernels::VecOps& vec = kernels::vec_ops();
+  for (int64_t s0 = 0; s0 < Sq; s0 += kAttnRows) {
+    const int64_t rows = std::min(kAttnRows, Sq - s0);
+    // scores = scale * Q K^T + mask; the mask goes into the epilogue when it is a per-column row
+    // (the usual [B, 1, 1, Sk] padding mask) or a dense [.., Sq, Sk] plane with unit column stride.
+    kernels::Epilogue ep;
+    ep.alpha = scale;
+    const float* mrow = mask ? mask + s0 * mask_s : nullptr;
+    bool mask_done = !mask;
+    if (mask && mask_s == 0 && mask_t == 1) {
+      ep.col_bias = mrow;
+      mask_done = true;
+    } else if (mask && mask_t == 1) {
+      ep.residual = mrow;
+      ep.ldr = mask_s;
+      mask_done = true;
+    }
+    kernels::GemmOperand A{q + s0 * ldq, ldq, false, nullptr};
+    kernels::GemmOperand B{k, ldk, true, nullptr};
+    kernels::sgemm(ga, rows, Sk, D, A, B, sc, Sk, ep, nullptr, ws);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = sc + r * Sk;
+      if (!mask_done) {
+        const float* mr = mrow + r * mask_s;
+        for (int64_t t = 0; t < Sk; ++t) row[t] += mr[t * mask_t];
+      }
+      vec.softmax(row, row, Sk, false);
+    }
+    kernels::GemmOperand P{sc, Sk, false, nullptr};
+    kernels::GemmOperand Vh{v, ldv, false, nullptr};
+    kernels::sgemm(ga, rows, Dv, Sk, P, Vh, y + s0 * ldy, ldy, kernels::Epilogue{}, nullptr, ws);
+  }
+}
+
+class FusedAttentionKernel final : public OpKernel {
+ public:
+  explicit FusedAttentionKernel(FusedAttentionAttrs a) : a_(a) {}
+
+  size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
+    if (in.size() < 3 || in[0].size() != 3 || in[1].size() != 3 || in[2].size() != 3 || a_.heads <= 0) return 0;
+    for (int i = 0; i < 3; ++i)
+      for (int64_t d : in[size_t(i)])
+        if (d < 0) return 0;  // unknown dims: compute() asks for what it needs
+    const int64_t H = a_.heads, tasks = in[0][0] * H;
+    const int64_t slots = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
+    const AttnScratch sz = fused_attention_scratch(kernels::gemm_arch_best(), in[0][1], in[1][1], in[0][2] / H, in[2][2] / H);
+    return size_t(slots * sz.total()) * sizeof(float);
+  }
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& Q = ctx.input(0);
+    const Tensor& K = ctx.input(1);
+    const Tensor& V = ctx.input(2);
+    for (int i = 0; i < 3; ++i)
+      if (ctx.input(i).dtype() != DType::Float) unsupported_dtype(ctx, i, ctx.input(i).dtype());
+    if (Q.rank() != 3 || K.rank() != 3 || V.rank() != 3)
+      ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must be 3-D [batch, seq, heads*head_size]; got " + shp(Q.shape()) +
+                                               ", " + shp(K.shape()) + ", " + shp(V.shape()));
+    const int64_t H = a_.heads, B = Q.dim(0), Sq = Q.dim(1), Sk = K.dim(1);
+    if (Q.dim(2) % H || K.dim(2) % H || V.dim(2) % H)
+      ctx.fail(ErrorCode::InvalidArgument, "hidden sizes of Q " + shp(Q.shape()) + ", K " + shp(K.shape()) + " and V " +
+                                               shp(V.shape()) + " must be divisible by num_heads=" + std::to_string(H));
+    const int64_t D = Q.dim(2) / H, Dv = V.dim(2) / H;
+    if (K.dim(0) != B || V.dim(0) != B || K.dim(2) != Q.dim(2) || V.dim(1) != Sk)
+      ctx.fail(ErrorCode::InvalidArgument, "K " + shp(K.shape()) + " and V " + shp(V.shape()) +
+                                               " do not match Q " + shp(Q.shape()) + " (same batch; K hidden = Q hidden; V seq = K seq)");
+    // The mask broadcasts to [B, H, Sq, Sk] (numpy rules): stride 0 along its size-1 dims.
+    const float* mask = nullptr;
+    int64_t ms[4] = {0, 0, 0, 0};
+    if (ctx.has_input(3)) {
+      const Tensor& M = ctx.input(3);
+      if (M.dtype() != DType::Float) unsupported_dtype(ctx, 3, M.dtype());
+      const Shape full = {B, H, Sq, Sk};
+      if (M.rank() > 4) ctx.fail(ErrorCode::InvalidArgument, "mask " + shp(M.shape()) + " has rank > 4");
+      int64_t stride = 1;
+      for (int d = 3, md = M.rank() - 1; md >= 0; --d, --md) {
+        const int64_t n = M.dim(md);
+        if (n != 1 && n != full[size_t(d)])
+          ctx.fail(ErrorCode::InvalidArgument, "mask " + shp(M.shape()) + " does not broadcast to [batch, heads, q_seq, kv_seq] = " + shp(full));
+        ms[d] = n == 1 ? 0 : stride;
+        stride *= n;
+      }
+      mask = M.data<float>();
+    }
+    Tensor& Y = ctx.output_uninit(0, DType::Float, {B, Sq, H * Dv});
+    if (Y.numel() == 0) return;
+    if (Sk == 0) {  // softmax over nothing: the unfused graph's MatMul with an empty axis gives zeros
+      std::fill(Y.data<float>(), Y.data<float>() + Y.numel(), 0.f);
+      return;
+    }
+    const int64_t tasks = B * H;
+    const int64_t slots = std::max<int64_t>(1, std::min<int64_t>(ctx.threads(), tasks));
+    const int64_t grain = (tasks + slots - 1) / slots;
+    const kernels::GemmArch& ga = kernels::gemm_arch_best();
+    const AttnScratch sz = fused_attention_scratch(ga, Sq, Sk, D, Dv);
+    const int64_t per = sz.total();
+    float* scratch = static_cast<float*>(ctx.workspace(size_t(slots * per) * sizeof(float)));
+    const float scale = a_.has_scale ? a_.scale : float(1.0 / std::sqrt(double(D)));
+    const float *qd = Q.data<float>(), *kd = K.data<float>(), *vd = V.data<float>();
+    float* yd = Y.data<float>();
+    parallel_for(ctx.pool(), tasks, grain, [&](int64_t b0, int64_t e0) {
+      float* mine = scratch + (b0 / grain) * per;  // one chunk per slot: chunk index = b0 / grain
+      for (int64_t i = b0; i < e0; ++i) {
+        const int64_t b = i / H, h = i % H;
+        const float* m = mask ? mask + b * ms[0] + h * ms[1] : nullptr;
+        fused_attention_head(ga, qd + b * Sq * H * D + h * D, H * D, kd + b * Sk * H * D + h * D, H * D,
+                             vd + b * Sk * H * Dv + h * Dv, H * Dv, yd + b * Sq * H * Dv + h * Dv, H * Dv, Sq, Sk, D,
+                             Dv, scale, m, ms[2], ms[3], mine, sz);
+      }
+    });
+  }
+
+ private:
+  FusedAttentionAttrs a_;
+};
+
+// GELU with the erf form (approximate "none") or the tanh form: the math of ai.onnx Gelu-20, on
+// the vectorized row kernels (float32; other float types go through float32).
+void fused_gelu_compute(KernelContext& ctx, bool use_tanh) {
+  const Tensor& x = ctx.input(0);
+  if (!is_float_type(x.dtype())) unsupported_dtype(ctx, 0, x.dtype());
+  const Tensor xf = x.dtype() == DType::Float ? x : to_float32(x);
+  Tensor yf = x.dtype() == DType::Float ? ctx.output_uninit(0, DType::Float, x.shape()) : Tensor::uninit(DType::Float, x.shape());
+  kernels::unary_f32(ctx.pool(), use_tanh ? kernels::UnaryOp::GeluTanh : kernels::UnaryOp::Gelu, {}, xf.data<float>(),
+                     yf.data<float>(), xf.numel());
+  if (x.dtype() != DType::Float) ctx.set_output(0, from_float32(yf, x.dtype()));
+}
+
 }  // namespace
 
 void register_attention_ops(OpRegistry& r) {
+  r.add("basalt", "Attention", 1, INT_MAX, [](const Node& n) {
+    FusedAttentionAttrs a;
+    a.heads = n.attr_int("num_heads");
+    if (a.heads <= 0) n.fail(ErrorCode::InvalidModel, "num_heads must be > 0, got " + std::to_string(a.heads));
+    a.has_scale = n.has_attr("scale");
+    if (a.has_scale) a.scale = n.attr_float("scale");
+    return std::make_unique<FusedAttentionKernel>(a);
+  });
+  r.add("basalt", "Gelu", 1, INT_MAX, [](const Node& n) {
+    std::string approx = n.attr_string("approximate", "none");
+    if (approx != "none" && approx != "tanh")
+      n.fail(ErrorCode::InvalidModel, "attribute approximate must be 'none' or 'tanh', got '" + approx + "'");
+    return kernel([t = approx == "tanh"](KernelContext& ctx) { fused_gelu_compute(ctx, t); });
+  });
   r.add("Attention", 23, attention_factory());
 
   r.add("RotaryEmbedding", 23, [](const Node& n) {

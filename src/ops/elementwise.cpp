@@ -10,6 +10,10 @@
 // or modulo by zero is an error.
 #include "ops/common.hpp"
 
+#include "kernels/eltwise.hpp"
+#include "runtime/thread_pool.hpp"
+
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cmath>
@@ -161,6 +165,60 @@ void binary_apply(const Tensor& a, const Tensor& b, Tensor& y, F f) {
     } else {
       const R v = R(f(cv(x[0]), cv(z[0])));
       for (int64_t i = 0; i < n; ++i) w[i] = v;
+    }
+  });
+}
+
+// float32 fast path (kernels/eltwise.hpp): the collapsed broadcast plan's innermost rows go to
+// the vectorized row kernel (vector-vector, vector-scalar or scalar-vector), split over the pool:
+// by rows when there are many, by elements when the plan is one long row (same shape, scalar).
+void binary_f32_plan(KernelContext& ctx, kernels::BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) {
+  const int64_t total = y.numel();
+  if (total == 0) return;
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* py = y.data<float>();
+  const kernels::VecOps& k = kernels::vec_ops();
+  Plan<2> plan = make_plan<2>(y.shape(), {&a.shape(), &b.shape()});
+  const size_t r = plan.dims.size();
+  const int64_t inner = plan.dims[r - 1];
+  const int64_t outer = total / inner;
+  const bool va = plan.st[0][r - 1] != 0, vb = plan.st[1][r - 1] != 0;
+  if (!va && !vb) {  // only possible for a one-element output
+    k.binary(op, kernels::BinMode::VecScalar, pa, pb, py, 1);
+    return;
+  }
+  const kernels::BinMode mode =
+      va && vb ? kernels::BinMode::VecVec : (va ? kernels::BinMode::VecScalar : kernels::BinMode::ScalarVec);
+  const int cost = op == kernels::BinaryOp::Div ? 4 : 1;
+  if (outer == 1) {
+    kernels::binary_f32(ctx.pool(), op, mode, pa, pb, py, inner, k);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kernels::eltwise_grain(cost) / inner);
+  parallel_for(ctx.pool(), outer, grain, [&](int64_t r0, int64_t r1) {
+    // Offsets of row r0, then an odometer over the outer dims.
+    std::vector<int64_t> idx(r, 0);
+    int64_t off[2] = {0, 0};
+    int64_t rem = r0;
+    for (size_t d = r - 1; d-- > 0;) {
+      idx[d] = rem % plan.dims[d];
+      rem /= plan.dims[d];
+      off[0] += idx[d] * plan.st[0][d];
+      off[1] += idx[d] * plan.st[1][d];
+    }
+    for (int64_t o = r0; o < r1; ++o) {
+      k.binary(op, mode, pa + off[0], pb + off[1], py + o * inner, inner);
+      for (size_t d = r - 1; d-- > 0;) {
+        if (++idx[d] < plan.dims[d]) {
+          off[0] += plan.st[0][d];
+          off[1] += plan.st[1][d];
+          break;
+        }
+        off[0] -= plan.st[0][d] * (plan.dims[d] - 1);
+        off[1] -= plan.st[1][d] * (plan.dims[d] - 1);
+        idx[d] = 0;
+      }
     }
   });
 }
@@ -419,6 +477,32 @@ bool visit_int(DType dt, F&& f) {
   }
 }
 
+// The vectorized float32 kernel for a functor, where there is one (-1: none).
+template <class Op>
+constexpr int kFastBin = -1;
+template <>
+constexpr int kFastBin<AddF> = int(kernels::BinaryOp::Add);
+template <>
+constexpr int kFastBin<SubF> = int(kernels::BinaryOp::Sub);
+template <>
+constexpr int kFastBin<MulF> = int(kernels::BinaryOp::Mul);
+template <>
+constexpr int kFastBin<DivF> = int(kernels::BinaryOp::Div);
+template <>
+constexpr int kFastBin<MaxF> = int(kernels::BinaryOp::Max);
+template <>
+constexpr int kFastBin<MinF> = int(kernels::BinaryOp::Min);
+
+// y = Op(a, b) with broadcasting: the vectorized kernel for float32, the reference loop otherwise.
+// y may be a (in place) when a already has y's shape.
+template <class Op, class T>
+void binary_dispatch(KernelContext& ctx, const Tensor& a, const Tensor& b, Tensor& y) {
+  if constexpr (kFastBin<Op> >= 0 && std::is_same_v<T, float>)
+    binary_f32_plan(ctx, kernels::BinaryOp(kFastBin<Op>), a, b, y);
+  else
+    binary_apply<T, T, T>(a, b, y, Op{});
+}
+
 // Same-type binary op, output of the input type, over numeric types.
 template <class Op>
 KernelFactory arith_factory() {
@@ -426,6 +510,13 @@ KernelFactory arith_factory() {
     BinCfg cfg = parse_bin(n);
     return kernel([cfg](KernelContext& ctx) {
       BinArgs ar = bin_args(ctx, cfg);
+      if constexpr (kFastBin<Op> >= 0) {
+        if (ar.a.dtype() == DType::Float) {
+          Tensor& y = ctx.output_uninit(0, DType::Float, ar.out);
+          binary_dispatch<Op, float>(ctx, ar.a, ar.b, y);
+          return;
+        }
+      }
       if (!visit_numeric(ar.a.dtype(), [&]<class T>() {
             Tensor& y = ctx.output(0, ar.a.dtype(), ar.out);
             binary_apply<T, T, T>(ar.a, ar.b, y, Op{});
@@ -525,8 +616,8 @@ KernelFactory variadic_factory(VarTypes types, bool mean) {
           return;
         }
         Tensor& y = ctx.output(0, dt, out);
-        binary_apply<T, T, T>(first, ctx.input(1), y, Op{});
-        for (int i = 2; i < n; ++i) binary_apply<T, T, T>(y, ctx.input(i), y, Op{});
+        binary_dispatch<Op, T>(ctx, first, ctx.input(1), y);
+        for (int i = 2; i < n; ++i) binary_dispatch<Op, T>(ctx, y, ctx.input(i), y);
         if (mean) {
           if constexpr (!is_int_v<T>) {
             T* p = y.data<T>();
@@ -544,6 +635,11 @@ KernelFactory variadic_factory(VarTypes types, bool mean) {
 
 enum class UnTypes { Float, Signed, Numeric };
 
+// The vectorized float32 kernel for a unary functor, where there is one (-1: none). Declared
+// here, specialised after the functors below.
+template <class Op>
+constexpr int kFastUn = -1;
+
 // Same-type unary op (output dtype = input dtype).
 template <class Op>
 KernelFactory unary_factory(UnTypes types) {
@@ -552,6 +648,12 @@ KernelFactory unary_factory(UnTypes types) {
       const Tensor& x = ctx.input(0);
       DType dt = x.dtype();
       auto body = [&]<class T>() {
+        if constexpr (kFastUn<Op> >= 0 && std::is_same_v<T, float>) {
+          Tensor& y = ctx.output_uninit(0, dt, x.shape());
+          kernels::unary_f32(ctx.pool(), kernels::UnaryOp(kFastUn<Op>), {}, x.data<float>(), y.data<float>(),
+                             x.numel());
+          return;
+        }
         Tensor& y = ctx.output(0, dt, x.shape());
         unary_apply<T, T>(x, y, Op{});
       };
@@ -624,6 +726,19 @@ struct BitNotF {
   template <class T>
   T operator()(T v) const { return T(~v); }
 };
+
+template <>
+constexpr int kFastUn<ExpF> = int(kernels::UnaryOp::Exp);
+template <>
+constexpr int kFastUn<SqrtF> = int(kernels::UnaryOp::Sqrt);
+template <>
+constexpr int kFastUn<ErfF> = int(kernels::UnaryOp::Erf);
+template <>
+constexpr int kFastUn<ReciprocalF> = int(kernels::UnaryOp::Reciprocal);
+template <>
+constexpr int kFastUn<AbsF> = int(kernels::UnaryOp::Abs);
+template <>
+constexpr int kFastUn<NegF> = int(kernels::UnaryOp::Neg);
 
 // Float8 NaN / Inf detection on the stored bit pattern.
 bool f8_isnan(DType dt, uint8_t b) {

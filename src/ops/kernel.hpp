@@ -27,6 +27,7 @@ struct RunContext;
 class KernelContext;
 class RunProfile;
 class ThreadPool;
+struct ArenaRun;
 
 // Constant inputs of a node, offered to OpKernel::prepare at load (after optimization).
 struct PrepareContext {
@@ -95,6 +96,8 @@ struct RunContext {
   int threads = 1;
   ThreadPool* pool = nullptr;     // the session's pool; null = run everything inline
   RunProfile* profile = nullptr;  // non-null: record every node (runtime/profiler.hpp); null = off
+  // The memory plan and arena of this run (runtime/planner.hpp); null = every tensor on the heap.
+  ArenaRun* arena = nullptr;
 };
 
 class KernelContext {

@@ -2,6 +2,11 @@
 //
 // Float-like inputs (float16, bfloat16, double) are computed through float32.
 #include "ops/common.hpp"
+#include "kernels/conv.hpp"
+#include "kernels/gemm.hpp"
+#include "kernels/eltwise.hpp"
+#include "kernels/pool.hpp"
+#include "runtime/thread_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -446,43 +451,161 @@ void conv_f32(const float* x, const float* w, const float* b, float* y, int64_t 
     }
 }
 
-void register_conv(OpRegistry& r) {
-  add_versions(r, "Conv", {1, 11, 22}, [](const Node& n) {
-    WinAttrs a = parse_win(n, false);
-    int64_t group = n.attr_int("group", 1);
-    if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
-    return kernel([a, group](KernelContext& ctx) {
-      const Tensor& X = ctx.input(0);
-      const Tensor& W = ctx.input(1);
-      require_float(ctx, 0, X.dtype());
-      require_float(ctx, 1, W.dtype());
-      if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got shape " + shape_str(X.shape()));
-      if (W.rank() != X.rank())
-        ctx.fail(ErrorCode::InvalidArgument, "W shape " + shape_str(W.shape()) + " does not match X shape " + shape_str(X.shape()));
-      int64_t N = X.dim(0), C = X.dim(1), M = W.dim(0);
-      if (W.dim(1) * group != C)
-        ctx.fail(ErrorCode::InvalidArgument, "channel mismatch: X has " + std::to_string(C) + " channels, W " +
-                                                 shape_str(W.shape()) + " with group " + std::to_string(group));
-      if (M % group != 0) ctx.fail(ErrorCode::InvalidArgument, "output channels not divisible by group");
-      Shape ksp(W.shape().begin() + 2, W.shape().end());
-      if (!a.kernel.empty() && a.kernel != ksp)
-        ctx.fail(ErrorCode::InvalidArgument, "kernel_shape " + vec_str(a.kernel) + " does not match W shape " + shape_str(W.shape()));
-      Geom g = make_geom(ctx, a, Shape(X.shape().begin() + 2, X.shape().end()), ksp, false);
-      Tensor bf;
-      if (ctx.has_input(2)) {
-        const Tensor& B = ctx.input(2);
-        require_float(ctx, 2, B.dtype());
-        if (B.numel() != M) ctx.fail(ErrorCode::InvalidArgument, "B must have " + std::to_string(M) + " elements, got " + shape_str(B.shape()));
-        bf = tof(B);
+// Conv and basalt::FusedConv share one kernel class. FusedConv (domain "basalt", opset 1) is
+// emitted by the optimizer; its semantics:
+//   inputs  X, W, B (optional, [M]), Z (optional residual, exactly Y's shape)
+//   attrs   every Conv attribute (auto_pad, dilations, group, kernel_shape, pads, strides), plus
+//           activation: "" | Relu | Clip | HardSigmoid | HardSwish | Sigmoid | LeakyRelu | Tanh
+//           activation_params: floats (Clip [min, max], HardSigmoid [alpha, beta], LeakyRelu [alpha])
+//   Y = act(conv(X, W) + B + Z), with each activation's float semantics equal to the ONNX op's
+//   (src/kernels/activation.hpp). An unknown activation is an Unsupported error at load.
+// 1-D and 2-D float convolutions run on the packed-GEMM / depthwise kernels of src/kernels/conv.hpp
+// (other float-like dtypes through float32); 3-D and larger stay on the reference loops above.
+kernels::Activation parse_fused_activation(const Node& n) {
+  kernels::Activation act;
+  std::string err;
+  if (!kernels::parse_activation(n.attr_string("activation", ""), n.attr_floats("activation_params", {}), act, &err))
+    n.fail(ErrorCode::Unsupported, err);
+  return act;
+}
+
+class ConvKernel final : public OpKernel {
+ public:
+  ConvKernel(WinAttrs a, int64_t group, kernels::Activation act, bool fused)
+      : a_(std::move(a)), group_(group), act_(act), fused_(fused) {}
+
+  void prepare(const PrepareContext& pc) override {
+    const Tensor* w = pc.constant.size() > 1 ? pc.constant[1] : nullptr;
+    if (!w || w->dtype() != DType::Float || (w->rank() != 3 && w->rank() != 4) || w->numel() == 0) return;
+    kernels::Conv2dShape s = weight_shape(w->shape());
+    if (s.M % group_ != 0 || s.is_depthwise()) return;
+    packed_ = kernels::pack_conv_weights(kernels::gemm_arch_best(), s, w->data<float>());
+    packed_shape_ = w->shape();
+    packed_src_ = w->raw();
+  }
+  size_t packed_bytes() const override { return packed_.bytes(); }
+  size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
+    if (in.size() < 2 || (in[1].size() != 3 && in[1].size() != 4)) return 0;
+    kernels::Conv2dShape s = weight_shape(in[1]);
+    if (s.M % group_ != 0 || s.is_depthwise()) return 0;
+    // Upper bound over output sizes (the chunk never exceeds 2 MB of packed columns + a panel).
+    s.OH = 1;
+    s.OW = int64_t(1) << 40;
+    const kernels::GemmArch& g = kernels::gemm_arch_best();
+    return size_t(kernels::conv2d_workspace_floats(g, s, in[1] == packed_shape_)) * sizeof(float) + 128;
+  }
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& X = ctx.input(0);
+    const Tensor& W = ctx.input(1);
+    require_float(ctx, 0, X.dtype());
+    require_float(ctx, 1, W.dtype());
+    if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got shape " + shape_str(X.shape()));
+    if (W.rank() != X.rank())
+      ctx.fail(ErrorCode::InvalidArgument, "W shape " + shape_str(W.shape()) + " does not match X shape " + shape_str(X.shape()));
+    int64_t N = X.dim(0), C = X.dim(1), M = W.dim(0), group = group_;
+    if (W.dim(1) * group != C)
+      ctx.fail(ErrorCode::InvalidArgument, "channel mismatch: X has " + std::to_string(C) + " channels, W " +
+                                               shape_str(W.shape()) + " with group " + std::to_string(group));
+    if (M % group != 0) ctx.fail(ErrorCode::InvalidArgument, "output channels not divisible by group");
+    Shape ksp(W.shape().begin() + 2, W.shape().end());
+    if (!a_.kernel.empty() && a_.kernel != ksp)
+      ctx.fail(ErrorCode::InvalidArgument, "kernel_shape " + vec_str(a_.kernel) + " does not match W shape " + shape_str(W.shape()));
+    Geom g = make_geom(ctx, a_, Shape(X.shape().begin() + 2, X.shape().end()), ksp, false);
+    Tensor bf;
+    if (ctx.has_input(2)) {
+      const Tensor& B = ctx.input(2);
+      require_float(ctx, 2, B.dtype());
+      if (B.numel() != M) ctx.fail(ErrorCode::InvalidArgument, "B must have " + std::to_string(M) + " elements, got " + shape_str(B.shape()));
+      bf = tof(B);
+    }
+    Shape ys = {N, M};
+    ys.insert(ys.end(), g.out.begin(), g.out.end());
+    Tensor zf;
+    if (fused_ && ctx.has_input(3)) {
+      const Tensor& Z = ctx.input(3);
+      require_float(ctx, 3, Z.dtype());
+      if (Z.shape() != ys)
+        ctx.fail(ErrorCode::InvalidArgument, "residual Z has shape " + shape_str(Z.shape()) + ", expected the output shape " + shape_str(ys));
+      zf = tof(Z);
+    }
+    Tensor xf = tof(X), wf = tof(W);
+    const float* bias = bf.defined() ? bf.data<float>() : nullptr;
+    const float* res = zf.defined() ? zf.data<float>() : nullptr;
+    const bool f32 = X.dtype() == DType::Float;
+    Tensor ylocal;
+    if (!f32) ylocal = Tensor::uninit(DType::Float, ys);
+    Tensor& yf = f32 ? ctx.output_uninit(0, DType::Float, ys) : ylocal;
+    float* y = yf.data<float>();
+    if (g.nd > 2) {  // reference loops, then the fused residual and activation
+      std::fill(y, y + yf.numel(), 0.f);
+      conv_f32(xf.data<float>(), wf.data<float>(), bias, y, N, C, M, group, g);
+      for (int64_t i = 0, n = yf.numel(); i < n; ++i) y[i] = kernels::apply_activation(act_, y[i] + (res ? res[i] : 0.f));
+    } else {
+      kernels::Conv2dShape s;
+      s.N = N;
+      s.C = C;
+      s.M = M;
+      s.G = group;
+      size_t o = g.nd == 2 ? 1 : 0;  // 1-D runs as 2-D with H = 1
+      s.H = g.nd == 2 ? g.in[0] : 1;
+      s.W = g.in[o];
+      s.KH = g.nd == 2 ? g.k[0] : 1;
+      s.KW = g.k[o];
+      if (g.nd == 2) {
+        s.sh = g.s[0];
+        s.dh = g.d[0];
+        s.pt = g.pb[0];
+        s.OH = g.out[0];
       }
-      Tensor xf = tof(X), wf = tof(W);
-      Shape ys = {N, M};
-      ys.insert(ys.end(), g.out.begin(), g.out.end());
-      Tensor yf(DType::Float, ys);
-      conv_f32(xf.data<float>(), wf.data<float>(), bf.defined() ? bf.data<float>() : nullptr, yf.data<float>(), N, C, M, group, g);
-      ctx.set_output(0, Value(fromf(yf, X.dtype())));
-    });
-  });
+      s.sw = g.s[o];
+      s.dw = g.d[o];
+      s.pl = g.pb[o];
+      s.OW = g.out[o];
+      const kernels::GemmArch& arch = kernels::gemm_arch_best();
+      // The packed copy is used only for the very tensor it was made from: an initializer that is
+      // also a graph input can be overridden by a feed.
+      const bool use_packed = !packed_.groups.empty() && W.shape() == packed_shape_ && W.raw() == packed_src_;
+      size_t ws = size_t(kernels::conv2d_workspace_floats(arch, s, use_packed)) * sizeof(float) + 128;
+      float* work = s.is_depthwise() ? nullptr : static_cast<float*>(ctx.workspace(ws));
+      kernels::conv2d(arch, s, xf.data<float>(), wf.data<float>(), use_packed ? &packed_ : nullptr, bias, res, act_, y,
+                      ctx.pool(), work);
+    }
+    if (!f32) ctx.set_output(0, Value(fromf(yf, X.dtype())));
+  }
+
+ private:
+  kernels::Conv2dShape weight_shape(const Shape& w) const {
+    kernels::Conv2dShape s;
+    s.M = w[0];
+    s.G = group_;
+    s.C = w[1] * group_;
+    s.KH = w.size() == 4 ? w[2] : 1;
+    s.KW = w.back();
+    return s;
+  }
+
+  WinAttrs a_;
+  int64_t group_;
+  kernels::Activation act_;
+  bool fused_;
+  kernels::PackedConvWeights packed_;
+  Shape packed_shape_;
+  const void* packed_src_ = nullptr;  // the constant tensor's data the packed copy was made from
+};
+
+void register_conv(OpRegistry& r) {
+  auto make = [](bool fused) {
+    return [fused](const Node& n) -> std::unique_ptr<OpKernel> {
+      WinAttrs a = parse_win(n, false);
+      int64_t group = n.attr_int("group", 1);
+      if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
+      kernels::Activation act = fused ? parse_fused_activation(n) : kernels::Activation{};
+      return std::make_unique<ConvKernel>(a, group, act, fused);
+    };
+  };
+  add_versions(r, "Conv", {1, 11, 22}, make(false));
+  r.add("basalt", "FusedConv", 1, INT_MAX, make(true));
 }
 
 // ---------------------------------------------------------------- ConvTranspose / Col2Im
@@ -494,6 +617,30 @@ void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vecto
                 const std::vector<int64_t>& pb, const std::vector<int64_t>& out_sp_shape, float* out) {
   int nd = int(k.size());
   int64_t K = shape_numel(k), out_sp = shape_numel(out_sp_shape);
+  if (nd == 2) {  // the common case without per-element index arithmetic over nd axes
+    const int64_t GW = gshape[1], OH = out_sp_shape[0], OW = out_sp_shape[1];
+    for (int64_t c = 0; c < channels; ++c) {
+      float* oc = out + c * out_sp;
+      for (int64_t kh = 0; kh < k[0]; ++kh)
+        for (int64_t kw = 0; kw < k[1]; ++kw) {
+          const float* row = col + (c * K + kh * k[1] + kw) * ld;
+          int64_t j = 0;
+          while (j < cols) {  // one grid row at a time
+            int64_t gp = p0 + j, gh = gp / GW, gw = gp % GW;
+            int64_t len = std::min(cols - j, GW - gw);
+            int64_t oh = gh * s[0] - pb[0] + kh * d[0];
+            if (oh >= 0 && oh < OH) {
+              float* orow = oc + oh * OW;
+              int64_t ow = gw * s[1] - pb[1] + kw * d[1];
+              for (int64_t t = 0; t < len; ++t, ow += s[1])
+                if (ow >= 0 && ow < OW) orow[ow] += row[j + t];
+            }
+            j += len;
+          }
+        }
+    }
+    return;
+  }
   std::vector<int64_t> starts(size_t(cols * nd));
   std::vector<int64_t> gc(size_t(nd), 0);
   int64_t p = p0;
@@ -608,7 +755,8 @@ void register_convtranspose(OpRegistry& r) {
       Tensor yf(DType::Float, ys);
       int64_t K = shape_numel(k), MK = Mg * K, in_sp = shape_numel(in), out_sp = shape_numel(out);
       int64_t chunk = std::min<int64_t>(in_sp, std::max<int64_t>(256, (int64_t(1) << 18) / std::max<int64_t>(MK, 1)));
-      std::vector<float> col(size_t(MK * chunk));
+      std::vector<float> col(size_t(MK * chunk)), gws;
+      const kernels::GemmArch& garch = kernels::gemm_arch_best();
       const float* x = xf.data<float>();
       const float* w = wf.data<float>();
       float* y = yf.data<float>();
@@ -619,17 +767,16 @@ void register_convtranspose(OpRegistry& r) {
           float* yg = y + (b * M + gi * Mg) * out_sp;
           for (int64_t p0 = 0; p0 < in_sp; p0 += chunk) {
             int64_t cols = std::min(chunk, in_sp - p0);
-            std::fill(col.begin(), col.end(), 0.f);
-            // col[i, j] = sum_c wg[c, i] * xg[c, p0 + j]
-            for (int64_t c = 0; c < Cg; ++c) {
-              const float* xr = xg + c * in_sp + p0;
-              const float* wr = wg + c * MK;
-              for (int64_t i = 0; i < MK; ++i) {
-                float wv = wr[i];
-                if (wv == 0.f) continue;
-                axpy(cols, wv, xr, col.data() + i * cols);
-              }
-            }
+            // col[i, j] = sum_c wg[c, i] * xg[c, p0 + j]: the packed GEMM with A = wg transposed
+            kernels::GemmOperand opa, opb;
+            opa.data = wg;
+            opa.ld = MK;
+            opa.trans = true;
+            opb.data = xg + p0;
+            opb.ld = in_sp;
+            gws.resize(size_t(kernels::sgemm_workspace_floats(garch, MK, cols, Cg, false, false) + 32));
+            kernels::sgemm(garch, MK, cols, Cg, opa, opb, col.data(), cols, kernels::Epilogue{}, ctx.pool(),
+                           gws.data());
             col2im_add(col.data(), cols, Mg, in, p0, cols, k, s, d, pb, out, yg);
           }
           if (bf.defined())
@@ -789,10 +936,23 @@ void register_pools(OpRegistry& r) {
         Geom g = make_geom(ctx, a, Shape(X.shape().begin() + 2, X.shape().end()), a.kernel, true);
         Shape ys = {X.dim(0), X.dim(1)};
         ys.insert(ys.end(), g.out.begin(), g.out.end());
+        const bool want_ind = o.kind == PoolKind::Max && ctx.num_outputs() > 1 && ctx.has_output(1);
+        if (X.dtype() == DType::Float && g.nd == 2 && o.kind != PoolKind::Lp && !want_ind) {
+          // 2-D float32 max/average: the row-wise kernel (kernels/pool.hpp), planes over the pool.
+          kernels::Pool2D p2;
+          p2.H = g.in[0], p2.W = g.in[1], p2.OH = g.out[0], p2.OW = g.out[1];
+          p2.kh = g.k[0], p2.kw = g.k[1], p2.sh = g.s[0], p2.sw = g.s[1], p2.dh = g.d[0], p2.dw = g.d[1];
+          p2.ph = g.pb[0], p2.pw = g.pb[1], p2.ph_end = g.pe[0], p2.pw_end = g.pe[1];
+          p2.avg = o.kind == PoolKind::Avg;
+          p2.count_include_pad = o.count_include_pad;
+          Tensor& y = ctx.output_uninit(0, DType::Float, ys);
+          kernels::pool2d_f32(ctx.pool(), X.data<float>(), y.data<float>(), X.dim(0) * X.dim(1), p2);
+          return;
+        }
         Tensor xf = tof(X);
         Tensor yf(DType::Float, ys);
         int64_t* ind = nullptr;
-        if (o.kind == PoolKind::Max && ctx.num_outputs() > 1 && ctx.has_output(1))
+        if (want_ind)
           ind = ctx.output(1, DType::Int64, ys).data<int64_t>();
         pool_f32(xf.data<float>(), yf.data<float>(), ind, X.dim(0) * X.dim(1), g, o);
         ctx.set_output(0, Value(fromf(yf, X.dtype())));
@@ -814,6 +974,17 @@ void register_pools(OpRegistry& r) {
         for (size_t i = 2; i < ys.size(); ++i) ys[i] = 1;
         int64_t NC = X.dim(0) * X.dim(1);
         int64_t sp = NC ? X.numel() / NC : 0;
+        if (kind == PoolKind::Avg && X.dtype() == DType::Float && sp > 0) {
+          // Vectorized plane sums, planes over the pool.
+          Tensor& yt = ctx.output_uninit(0, DType::Float, ys);
+          const float* x = X.data<float>();
+          float* y = yt.data<float>();
+          const kernels::VecOps& k = kernels::vec_ops();
+          parallel_for(ctx.pool(), NC, std::max<int64_t>(1, kernels::eltwise_grain(1) / sp), [&](int64_t b, int64_t e) {
+            for (int64_t i = b; i < e; ++i) y[i] = k.sum(x + i * sp, sp) / float(sp);
+          });
+          return;
+        }
         Tensor xf = tof(X);
         Tensor yf(DType::Float, ys);
         const float* x = xf.data<float>();
@@ -952,112 +1123,394 @@ void matmul_typed(const Tensor& A, const Tensor& B, Tensor& Y, const Shape& abat
   });
 }
 
-void register_matmul(OpRegistry& r) {
-  add_versions(r, "MatMul", {1, 9, 13}, [](const Node&) {
-    return kernel([](KernelContext& ctx) {
-      const Tensor& A = ctx.input(0);
-      const Tensor& B = ctx.input(1);
-      if (A.dtype() != B.dtype()) ctx.fail(ErrorCode::InvalidArgument, "A and B must have the same type");
-      if (A.rank() < 1 || B.rank() < 1) ctx.fail(ErrorCode::InvalidArgument, "MatMul operands must have rank >= 1");
-      Shape as = A.shape(), bs = B.shape();
-      bool a1 = as.size() == 1, b1 = bs.size() == 1;
-      if (a1) as.insert(as.begin(), 1);
-      if (b1) bs.push_back(1);
-      int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
-      if (bs[bs.size() - 2] != K)
-        ctx.fail(ErrorCode::InvalidArgument, "shapes " + shape_str(A.shape()) + " and " + shape_str(B.shape()) + " are not compatible");
-      Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
-      Shape ob = broadcast_shapes(ctx, ab, bb);
-      Shape ys = ob;
-      if (!a1) ys.push_back(M);
-      if (!b1) ys.push_back(N);
-      Shape full = ob;
-      full.push_back(M);
-      full.push_back(N);
-      DType dt = A.dtype();
-      if (dt == DType::Float16 || dt == DType::BFloat16) {
-        Tensor af = tof(A), bf = tof(B);
-        Tensor yf(DType::Float, full);
-        matmul_typed<float>(af, bf, yf, ab, bb, ob, M, K, N);
-        ctx.set_output(0, Value(fromf(yf, dt).reshaped(ys)));
-        return;
-      }
-      Tensor Y(dt, full);
-      bool ok = false;
-      switch (dt) {
-        case DType::Float: matmul_typed<float>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
-        case DType::Double: matmul_typed<double>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
-        case DType::Int32: matmul_typed<int32_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
-        case DType::Int64: matmul_typed<int64_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
-        case DType::Uint32: matmul_typed<uint32_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
-        case DType::Uint64: matmul_typed<uint64_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
-        default: break;
-      }
-      if (!ok) unsupported_dtype(ctx, 0, dt);
-      ctx.set_output(0, Value(Y.reshaped(ys)));
-    });
-  });
-
-  add_versions(r, "Gemm", {1, 6, 7, 9, 11, 13}, [](const Node& n) {
-    float alpha = n.attr_float("alpha", 1.0f), beta = n.attr_float("beta", 1.0f);
-    bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
-    return kernel([alpha, beta, ta, tb](KernelContext& ctx) {
-      const Tensor& A = ctx.input(0);
-      const Tensor& B = ctx.input(1);
-      if (A.rank() != 2 || B.rank() != 2)
-        ctx.fail(ErrorCode::InvalidArgument, "A and B must be 2-D, got " + shape_str(A.shape()) + " and " + shape_str(B.shape()));
-      if (A.dtype() != B.dtype()) ctx.fail(ErrorCode::InvalidArgument, "A and B must have the same type");
-      int64_t M = ta ? A.dim(1) : A.dim(0), K = ta ? A.dim(0) : A.dim(1);
-      int64_t KB = tb ? B.dim(1) : B.dim(0), N = tb ? B.dim(0) : B.dim(1);
-      if (K != KB)
-        ctx.fail(ErrorCode::InvalidArgument, "inner dimensions do not match: A " + shape_str(A.shape()) + ", B " + shape_str(B.shape()));
-      const Tensor* Cp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-      if (Cp) {
-        const Shape& cs = Cp->shape();
-        bool okc = cs.size() <= 2;
-        if (okc && cs.size() >= 1 && cs.back() != 1 && cs.back() != N) okc = false;
-        if (okc && cs.size() == 2 && cs[0] != 1 && cs[0] != M) okc = false;
-        if (!okc) ctx.fail(ErrorCode::InvalidArgument, "C shape " + shape_str(cs) + " cannot broadcast to [" + std::to_string(M) + "," + std::to_string(N) + "]");
-      }
-      DType dt = A.dtype();
-      auto run = [&]<class T, class Acc>(const T* a, const T* b, const Tensor* C, T* y) {
-        // materialize op(A) [M,K] and op(B) [K,N] in Acc
-        std::vector<Acc> aa(size_t(M * K)), bb(size_t(K * N)), yy(size_t(M * N), Acc(0));
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t k = 0; k < K; ++k) aa[size_t(i * K + k)] = Acc(ta ? a[k * M + i] : a[i * K + k]);
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t j = 0; j < N; ++j) bb[size_t(k * N + j)] = Acc(tb ? b[j * K + k] : b[k * N + j]);
-        gemm_acc<Acc>(M, N, K, aa.data(), K, bb.data(), N, yy.data(), N);
-        std::vector<int64_t> cst;
-        const T* c = nullptr;
-        if (C) {
-          cst = broadcast_strides(C->shape(), {M, N});
-          c = C->data<T>();
-        }
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < N; ++j) {
-            Acc v = Acc(alpha) * yy[size_t(i * N + j)];
-            if (c) v += Acc(beta) * Acc(c[i * cst[0] + j * cst[1]]);
-            y[i * N + j] = T(v);
-          }
-      };
-      if (Cp && Cp->dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "C must have the type of A");
-      Tensor& Y = ctx.output(0, dt, {M, N});
-      switch (dt) {
-        case DType::Float: run.template operator()<float, float>(A.data<float>(), B.data<float>(), Cp, Y.data<float>()); break;
-        case DType::Double: run.template operator()<double, double>(A.data<double>(), B.data<double>(), Cp, Y.data<double>()); break;
-        case DType::Float16: run.template operator()<float16, float>(A.data<float16>(), B.data<float16>(), Cp, Y.data<float16>()); break;
-        case DType::BFloat16: run.template operator()<bfloat16, float>(A.data<bfloat16>(), B.data<bfloat16>(), Cp, Y.data<bfloat16>()); break;
-        case DType::Int32: run.template operator()<int32_t, int64_t>(A.data<int32_t>(), B.data<int32_t>(), Cp, Y.data<int32_t>()); break;
-        case DType::Int64: run.template operator()<int64_t, int64_t>(A.data<int64_t>(), B.data<int64_t>(), Cp, Y.data<int64_t>()); break;
-        case DType::Uint32: run.template operator()<uint32_t, uint64_t>(A.data<uint32_t>(), B.data<uint32_t>(), Cp, Y.data<uint32_t>()); break;
-        case DType::Uint64: run.template operator()<uint64_t, uint64_t>(A.data<uint64_t>(), B.data<uint64_t>(), Cp, Y.data<uint64_t>()); break;
-        default: unsupported_dtype(ctx, 0, dt);
-      }
-    });
-  });
+// Reference MatMul (every dtype): i-k-j loops per batch item.
+void matmul_reference(KernelContext& ctx) {
+  const Tensor& A = ctx.input(0);
+  const Tensor& B = ctx.input(1);
+  if (A.dtype() != B.dtype()) ctx.fail(ErrorCode::InvalidArgument, "A and B must have the same type");
+  if (A.rank() < 1 || B.rank() < 1) ctx.fail(ErrorCode::InvalidArgument, "MatMul operands must have rank >= 1");
+  Shape as = A.shape(), bs = B.shape();
+  bool a1 = as.size() == 1, b1 = bs.size() == 1;
+  if (a1) as.insert(as.begin(), 1);
+  if (b1) bs.push_back(1);
+  int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  if (bs[bs.size() - 2] != K)
+    ctx.fail(ErrorCode::InvalidArgument, "shapes " + shape_str(A.shape()) + " and " + shape_str(B.shape()) + " are not compatible");
+  Shape ab(as.begin(), as.end() - 2), bb(bs.begin(), bs.end() - 2);
+  Shape ob = broadcast_shapes(ctx, ab, bb);
+  Shape ys = ob;
+  if (!a1) ys.push_back(M);
+  if (!b1) ys.push_back(N);
+  Shape full = ob;
+  full.push_back(M);
+  full.push_back(N);
+  DType dt = A.dtype();
+  if (dt == DType::Float16 || dt == DType::BFloat16) {
+    Tensor af = tof(A), bf = tof(B);
+    Tensor yf(DType::Float, full);
+    matmul_typed<float>(af, bf, yf, ab, bb, ob, M, K, N);
+    ctx.set_output(0, Value(fromf(yf, dt).reshaped(ys)));
+    return;
+  }
+  Tensor Y(dt, full);
+  bool ok = false;
+  switch (dt) {
+    case DType::Float: matmul_typed<float>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+    case DType::Double: matmul_typed<double>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+    case DType::Int32: matmul_typed<int32_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+    case DType::Int64: matmul_typed<int64_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+    case DType::Uint32: matmul_typed<uint32_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+    case DType::Uint64: matmul_typed<uint64_t>(A, B, Y, ab, bb, ob, M, K, N); ok = true; break;
+    default: break;
+  }
+  if (!ok) unsupported_dtype(ctx, 0, dt);
+  ctx.set_output(0, Value(Y.reshaped(ys)));
 }
 
+// Reference Gemm (every dtype): op(A), op(B) materialized, then alpha * A*B + beta * C.
+void gemm_reference(KernelContext& ctx, float alpha, float beta, bool ta, bool tb) {
+  const Tensor& A = ctx.input(0);
+  const Tensor& B = ctx.input(1);
+  if (A.rank() != 2 || B.rank() != 2)
+    ctx.fail(ErrorCode::InvalidArgument, "A and B must be 2-D, got " + shape_str(A.shape()) + " and " + shape_str(B.shape()));
+  if (A.dtype() != B.dtype()) ctx.fail(ErrorCode::InvalidArgument, "A and B must have the same type");
+  int64_t M = ta ? A.dim(1) : A.dim(0), K = ta ? A.dim(0) : A.dim(1);
+  int64_t KB = tb ? B.dim(1) : B.dim(0), N = tb ? B.dim(0) : B.dim(1);
+  if (K != KB)
+    ctx.fail(ErrorCode::InvalidArgument, "inner dimensions do not match: A " + shape_str(A.shape()) + ", B " + shape_str(B.shape()));
+  const Tensor* Cp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+  if (Cp) {
+    const Shape& cs = Cp->shape();
+    bool okc = cs.size() <= 2;
+    if (okc && cs.size() >= 1 && cs.back() != 1 && cs.back() != N) okc = false;
+    if (okc && cs.size() == 2 && cs[0] != 1 && cs[0] != M) okc = false;
+    if (!okc) ctx.fail(ErrorCode::InvalidArgument, "C shape " + shape_str(cs) + " cannot broadcast to [" + std::to_string(M) + "," + std::to_string(N) + "]");
+  }
+  DType dt = A.dtype();
+  auto run = [&]<class T, class Acc>(const T* a, const T* b, const Tensor* C, T* y) {
+    // materialize op(A) [M,K] and op(B) [K,N] in Acc
+    std::vector<Acc> aa(size_t(M * K)), bb(size_t(K * N)), yy(size_t(M * N), Acc(0));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) aa[size_t(i * K + k)] = Acc(ta ? a[k * M + i] : a[i * K + k]);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t j = 0; j < N; ++j) bb[size_t(k * N + j)] = Acc(tb ? b[j * K + k] : b[k * N + j]);
+    gemm_acc<Acc>(M, N, K, aa.data(), K, bb.data(), N, yy.data(), N);
+    std::vector<int64_t> cst;
+    const T* c = nullptr;
+    if (C) {
+      cst = broadcast_strides(C->shape(), {M, N});
+      c = C->data<T>();
+    }
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        Acc v = Acc(alpha) * yy[size_t(i * N + j)];
+        if (c) v += Acc(beta) * Acc(c[i * cst[0] + j * cst[1]]);
+        y[i * N + j] = T(v);
+      }
+  };
+  if (Cp && Cp->dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "C must have the type of A");
+  Tensor& Y = ctx.output(0, dt, {M, N});
+  switch (dt) {
+    case DType::Float: run.template operator()<float, float>(A.data<float>(), B.data<float>(), Cp, Y.data<float>()); break;
+    case DType::Double: run.template operator()<double, double>(A.data<double>(), B.data<double>(), Cp, Y.data<double>()); break;
+    case DType::Float16: run.template operator()<float16, float>(A.data<float16>(), B.data<float16>(), Cp, Y.data<float16>()); break;
+    case DType::BFloat16: run.template operator()<bfloat16, float>(A.data<bfloat16>(), B.data<bfloat16>(), Cp, Y.data<bfloat16>()); break;
+    case DType::Int32: run.template operator()<int32_t, int64_t>(A.data<int32_t>(), B.data<int32_t>(), Cp, Y.data<int32_t>()); break;
+    case DType::Int64: run.template operator()<int64_t, int64_t>(A.data<int64_t>(), B.data<int64_t>(), Cp, Y.data<int64_t>()); break;
+    case DType::Uint32: run.template operator()<uint32_t, uint64_t>(A.data<uint32_t>(), B.data<uint32_t>(), Cp, Y.data<uint32_t>()); break;
+    case DType::Uint64: run.template operator()<uint64_t, uint64_t>(A.data<uint64_t>(), B.data<uint64_t>(), Cp, Y.data<uint64_t>()); break;
+    default: unsupported_dtype(ctx, 0, dt);
+  }
+}
+
+// MatMul and basalt::FusedMatMul share one kernel class. FusedMatMul (domain "basalt", opset 1)
+// is emitted by the optimizer; its semantics:
+//   inputs  A, B, bias (optional, 1-D of length N, added to every row)
+//   attrs   transA, transB (0/1: transpose the last two dims of that operand; ignored for a 1-D
+//           operand), alpha (float, default 1), activation, activation_params (as FusedConv)
+//   Y = act(alpha * op(A) @ op(B) + bias), with MatMul's broadcasting of the batch dims and its
+//   1-D operand rules.
+// float32 runs on the packed GEMM (src/kernels/gemm.hpp); a constant 2-D B is packed at load.
+// Other dtypes of MatMul use the reference loops; FusedMatMul computes them through float32.
+struct MatMulDims {
+  bool ok = false;
+  bool a1 = false, b1 = false;
+  int64_t M = 0, K = 0, N = 0;
+  Shape ab, bb;  // batch dims
+};
+
+MatMulDims matmul_dims(const Shape& a, const Shape& b, bool ta, bool tb) {
+  MatMulDims d;
+  if (a.empty() || b.empty()) return d;
+  Shape as = a, bs = b;
+  d.a1 = as.size() == 1;
+  d.b1 = bs.size() == 1;
+  if (d.a1) as.insert(as.begin(), 1);
+  if (d.b1) bs.push_back(1);
+  bool tA = ta && !d.a1, tB = tb && !d.b1;
+  d.M = tA ? as.back() : as[as.size() - 2];
+  d.K = tA ? as[as.size() - 2] : as.back();
+  int64_t kb = tB ? bs.back() : bs[bs.size() - 2];
+  d.N = tB ? bs[bs.size() - 2] : bs.back();
+  if (kb != d.K) return d;
+  d.ab.assign(as.begin(), as.end() - 2);
+  d.bb.assign(bs.begin(), bs.end() - 2);
+  d.ok = true;
+  return d;
+}
+
+class MatMulKernel final : public OpKernel {
+ public:
+  MatMulKernel(bool fused, bool ta, bool tb, float alpha, kernels::Activation act)
+      : fused_(fused), ta_(ta), tb_(tb), alpha_(alpha), act_(act) {}
+
+  void prepare(const PrepareContext& pc) override {
+    const Tensor* b = pc.constant.size() > 1 ? pc.constant[1] : nullptr;
+    if (!b || b->dtype() != DType::Float || b->rank() != 2 || b->numel() == 0) return;
+    int64_t K = tb_ ? b->dim(1) : b->dim(0), N = tb_ ? b->dim(0) : b->dim(1);
+    packed_ = kernels::pack_b_matrix(kernels::gemm_arch_best(), K, N, b->data<float>(), b->dim(1), tb_);
+    packed_shape_ = b->shape();
+    packed_src_ = b->raw();
+  }
+  size_t packed_bytes() const override { return packed_.bytes(); }
+  size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
+    if (in.size() < 2) return 0;
+    MatMulDims d = matmul_dims(in[0], in[1], ta_, tb_);
+    if (!d.ok) return 0;
+    return plan(d, in[1] == packed_shape_, threads).bytes;
+  }
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& A = ctx.input(0);
+    const Tensor& B = ctx.input(1);
+    if (A.dtype() != B.dtype()) ctx.fail(ErrorCode::InvalidArgument, "A and B must have the same type");
+    if (A.rank() < 1 || B.rank() < 1) ctx.fail(ErrorCode::InvalidArgument, "MatMul operands must have rank >= 1");
+    MatMulDims d = matmul_dims(A.shape(), B.shape(), ta_, tb_);
+    if (!d.ok)
+      ctx.fail(ErrorCode::InvalidArgument, "shapes " + shape_str(A.shape()) + " and " + shape_str(B.shape()) + " are not compatible");
+    DType dt = A.dtype();
+    if (!fused_ && dt != DType::Float) {
+      matmul_reference(ctx);
+      return;
+    }
+    if (fused_) require_float(ctx, 0, dt);
+    Shape ob = broadcast_shapes(ctx, d.ab, d.bb);
+    Shape ys = ob;
+    if (!d.a1) ys.push_back(d.M);
+    if (!d.b1) ys.push_back(d.N);
+    Tensor biasf;
+    if (fused_ && ctx.has_input(2)) {
+      const Tensor& bias = ctx.input(2);
+      require_float(ctx, 2, bias.dtype());
+      if (bias.rank() != 1 || bias.dim(0) != d.N)
+        ctx.fail(ErrorCode::InvalidArgument, "bias must be 1-D of length " + std::to_string(d.N) + ", got " + shape_str(bias.shape()));
+      biasf = tof(bias);
+    }
+    Tensor af = tof(A), bf = tof(B);
+    const bool f32 = dt == DType::Float;
+    Tensor ylocal;
+    if (!f32) ylocal = Tensor::uninit(DType::Float, ys);
+    Tensor& yt = f32 ? ctx.output_uninit(0, DType::Float, ys) : ylocal;
+    const bool use_packed = !packed_.data.empty() && B.shape() == packed_shape_ && B.raw() == packed_src_;
+    Plan p = plan(d, use_packed, ctx.threads());
+    float* work = p.bytes ? static_cast<float*>(ctx.workspace(p.bytes)) : nullptr;
+
+    const kernels::GemmArch& g = kernels::gemm_arch_best();
+    kernels::Epilogue ep;
+    ep.alpha = alpha_;
+    ep.col_bias = biasf.defined() ? biasf.data<float>() : nullptr;
+    ep.act = act_;
+    const bool tA = ta_ && !d.a1, tB = tb_ && !d.b1;
+    const float* a = af.data<float>();
+    const float* b = bf.data<float>();
+    float* y = yt.data<float>();
+    const int64_t M = d.M, N = d.N, K = d.K;
+    auto item = [&](int64_t Mi, const float* ai, const float* bi, float* yi, ThreadPool* pool, float* w) {
+      kernels::GemmOperand opa, opb;
+      opa.data = ai;
+      opa.ld = tA ? M : K;
+      opa.trans = tA;
+      if (use_packed) {
+        opb.packed = packed_.data.data();
+      } else {
+        opb.data = bi;
+        opb.ld = tB ? K : N;
+        opb.trans = tB;
+      }
+      kernels::sgemm(g, Mi, N, K, opa, opb, yi, N, ep, pool, w);
+    };
+    if (p.fold_m) {  // B has no batch dims and A is not transposed: one GEMM over all rows
+      item(p.rows, a, b, y, ctx.pool(), work);
+    } else {
+      std::vector<int64_t> st[2] = {broadcast_strides(d.ab, ob), broadcast_strides(d.bb, ob)};
+      std::vector<int64_t> aoff, boff;
+      for_each_broadcast(ob, st, [&](int64_t, const int64_t* off) {
+        aoff.push_back(off[0]);
+        boff.push_back(off[1]);
+      });
+      int64_t nb = int64_t(aoff.size());
+      if (p.slots > 1) {  // many small products: one per task, each inline with its own workspace slot
+        int64_t grain = (nb + p.slots - 1) / p.slots;
+        parallel_for(ctx.pool(), nb, grain, [&](int64_t b0, int64_t b1) {
+          float* w = work ? work + (b0 / grain) * p.slot_floats : nullptr;
+          for (int64_t i = b0; i < b1; ++i) item(M, a + aoff[size_t(i)] * M * K, b + boff[size_t(i)] * K * N, y + i * M * N, nullptr, w);
+        });
+      } else {
+        for (int64_t i = 0; i < nb; ++i) item(M, a + aoff[size_t(i)] * M * K, b + boff[size_t(i)] * K * N, y + i * M * N, ctx.pool(), work);
+      }
+    }
+    if (!f32) ctx.set_output(0, Value(fromf(yt, dt)));
+  }
+
+ private:
+  struct Plan {
+    bool fold_m = false;
+    int64_t rows = 0;        // M of the folded GEMM
+    int64_t slots = 1;       // workspace slots (> 1: batch items run in parallel, one per task)
+    int64_t slot_floats = 0;
+    size_t bytes = 0;
+  };
+  Plan plan(const MatMulDims& d, bool use_packed, int threads) const {
+    Plan p;
+    const kernels::GemmArch& g = kernels::gemm_arch_best();
+    int64_t nb_a = shape_numel(d.ab), nb_b = shape_numel(d.bb);
+    int64_t nb = std::max(nb_a, nb_b);
+    p.fold_m = nb_b == 1 && !(ta_ && !d.a1);
+    p.rows = p.fold_m ? nb_a * d.M : d.M;
+    int64_t M = p.rows;
+    p.slot_floats = kernels::sgemm_workspace_floats(g, M, d.N, d.K, false, use_packed) + 16;
+    if (!p.fold_m && threads > 1 && nb >= threads) p.slots = threads;
+    p.bytes = size_t(p.slot_floats * p.slots) * sizeof(float) + 64;
+    return p;
+  }
+
+  bool fused_, ta_, tb_;
+  float alpha_;
+  kernels::Activation act_;
+  kernels::PackedMatrix packed_;
+  Shape packed_shape_;
+  const void* packed_src_ = nullptr;  // the constant tensor's data the packed copy was made from
+};
+
+// Gemm: float32 on the packed GEMM with C folded into the epilogue (scaled by beta); other
+// dtypes on the reference loops.
+class GemmKernel final : public OpKernel {
+ public:
+  GemmKernel(float alpha, float beta, bool ta, bool tb) : alpha_(alpha), beta_(beta), ta_(ta), tb_(tb) {}
+
+  void prepare(const PrepareContext& pc) override {
+    const Tensor* b = pc.constant.size() > 1 ? pc.constant[1] : nullptr;
+    if (!b || b->dtype() != DType::Float || b->rank() != 2 || b->numel() == 0) return;
+    int64_t K = tb_ ? b->dim(1) : b->dim(0), N = tb_ ? b->dim(0) : b->dim(1);
+    packed_ = kernels::pack_b_matrix(kernels::gemm_arch_best(), K, N, b->data<float>(), b->dim(1), tb_);
+    packed_shape_ = b->shape();
+    packed_src_ = b->raw();
+  }
+  size_t packed_bytes() const override { return packed_.bytes(); }
+  size_t workspace_bytes(std::span<const Shape> in, int) const override {
+    if (in.size() < 2 || in[0].size() != 2 || in[1].size() != 2) return 0;
+    int64_t M = ta_ ? in[0][1] : in[0][0], K = ta_ ? in[0][0] : in[0][1], N = tb_ ? in[1][0] : in[1][1];
+    return ws_bytes(M, N, K, in[1] == packed_shape_);
+  }
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& A = ctx.input(0);
+    const Tensor& B = ctx.input(1);
+    if (A.dtype() != DType::Float || B.dtype() != DType::Float || A.rank() != 2 || B.rank() != 2 ||
+        (ctx.has_input(2) && ctx.input(2).dtype() != DType::Float)) {
+      gemm_reference(ctx, alpha_, beta_, ta_, tb_);
+      return;
+    }
+    int64_t M = ta_ ? A.dim(1) : A.dim(0), K = ta_ ? A.dim(0) : A.dim(1);
+    int64_t KB = tb_ ? B.dim(1) : B.dim(0), N = tb_ ? B.dim(0) : B.dim(1);
+    if (K != KB)
+      ctx.fail(ErrorCode::InvalidArgument, "inner dimensions do not match: A " + shape_str(A.shape()) + ", B " + shape_str(B.shape()));
+    kernels::Epilogue ep;
+    ep.alpha = alpha_;
+    std::vector<float> cbuf;  // beta * C when it has to be scaled or expanded
+    if (ctx.has_input(2)) {
+      const Shape& cs = ctx.input(2).shape();
+      bool okc = cs.size() <= 2;
+      if (okc && cs.size() >= 1 && cs.back() != 1 && cs.back() != N) okc = false;
+      if (okc && cs.size() == 2 && cs[0] != 1 && cs[0] != M) okc = false;
+      if (!okc)
+        ctx.fail(ErrorCode::InvalidArgument, "C shape " + shape_str(cs) + " cannot broadcast to [" + std::to_string(M) + "," +
+                                                 std::to_string(N) + "]");
+    }
+    if (ctx.has_input(2) && beta_ != 0.f) {
+      const Tensor& Ct = ctx.input(2);
+      const Shape& cs = Ct.shape();
+      const float* c = Ct.data<float>();
+      int64_t cr = cs.size() == 2 ? cs[0] : 1, cc = cs.empty() ? 1 : cs.back();
+      if (cr == M && cc == N) {  // one value per output element
+        if (beta_ == 1.f) {
+          ep.residual = c;
+        } else {
+          cbuf.resize(size_t(M * N));
+          for (int64_t i = 0; i < M * N; ++i) cbuf[size_t(i)] = beta_ * c[i];
+          ep.residual = cbuf.data();
+        }
+        ep.ldr = N;
+      } else if (cc == N && cr == 1) {  // a row vector: per-column bias
+        if (beta_ == 1.f) {
+          ep.col_bias = c;
+        } else {
+          cbuf.resize(size_t(N));
+          for (int64_t j = 0; j < N; ++j) cbuf[size_t(j)] = beta_ * c[j];
+          ep.col_bias = cbuf.data();
+        }
+      } else if (cc == 1 && cr == M) {  // a column: per-row bias
+        cbuf.resize(size_t(M));
+        for (int64_t i = 0; i < M; ++i) cbuf[size_t(i)] = beta_ * c[i];
+        ep.row_bias = cbuf.data();
+      } else {  // a scalar
+        cbuf.assign(size_t(N), beta_ * c[0]);
+        ep.col_bias = cbuf.data();
+      }
+    }
+    Tensor& Y = ctx.output_uninit(0, DType::Float, {M, N});
+    const bool use_packed = !packed_.data.empty() && B.shape() == packed_shape_ && B.raw() == packed_src_;
+    size_t bytes = ws_bytes(M, N, K, use_packed);
+    float* work = static_cast<float*>(ctx.workspace(bytes));
+    kernels::GemmOperand opa, opb;
+    opa.data = A.data<float>();
+    opa.ld = A.dim(1);
+    opa.trans = ta_;
+    if (use_packed) {
+      opb.packed = packed_.data.data();
+    } else {
+      opb.data = B.data<float>();
+      opb.ld = B.dim(1);
+      opb.trans = tb_;
+    }
+    kernels::sgemm(kernels::gemm_arch_best(), M, N, K, opa, opb, Y.data<float>(), N, ep, ctx.pool(), work);
+  }
+
+ private:
+  static size_t ws_bytes(int64_t M, int64_t N, int64_t K, bool packed) {
+    return size_t(kernels::sgemm_workspace_floats(kernels::gemm_arch_best(), M, N, K, false, packed) + 16) * sizeof(float);
+  }
+  float alpha_, beta_;
+  bool ta_, tb_;
+  kernels::PackedMatrix packed_;
+  Shape packed_shape_;
+  const void* packed_src_ = nullptr;  // the constant tensor's data the packed copy was made from
+};
+
+void register_matmul(OpRegistry& r) {
+  add_versions(r, "MatMul", {1, 9, 13}, [](const Node&) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<MatMulKernel>(false, false, false, 1.f, kernels::Activation{});
+  });
+  r.add("basalt", "FusedMatMul", 1, INT_MAX, [](const Node& n) -> std::unique_ptr<OpKernel> {
+    int64_t ta = n.attr_int("transA", 0), tb = n.attr_int("transB", 0);
+    if ((ta != 0 && ta != 1) || (tb != 0 && tb != 1)) n.fail(ErrorCode::InvalidModel, "transA and transB must be 0 or 1");
+    return std::make_unique<MatMulKernel>(true, ta != 0, tb != 0, n.attr_float("alpha", 1.0f), parse_fused_activation(n));
+  });
+  add_versions(r, "Gemm", {1, 6, 7, 9, 11, 13}, [](const Node& n) -> std::unique_ptr<OpKernel> {
+    return std::make_unique<GemmKernel>(n.attr_float("alpha", 1.0f), n.attr_float("beta", 1.0f), n.attr_int("transA", 0) != 0,
+                                        n.attr_int("transB", 0) != 0);
+  });
+}
 
 // ---------------------------------------------------------------- Resize / Upsample
 
@@ -1167,34 +1620,119 @@ void resize_taps(int64_t in_len, int64_t out_len, const ResizeCfg& c, double sca
   }
 }
 
-void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int64_t out_len, int64_t inner, const ResizeCfg& c,
-                 double scale, double rs, double re) {
+// One axis's taps, flattened: position xo takes the extrapolation value (ext), copies input
+// idx[first[xo]] (copy), or sums w[k] * x[idx[k]] for k in [first[xo], first[xo + 1]) in order,
+// zero weights dropped (the sums of the straightforward loop, bit for bit).
+struct FlatTaps {
+  std::vector<int64_t> first, idx;
+  std::vector<float> w;
+  std::vector<char> copy, ext;
+};
+
+FlatTaps flat_taps(int64_t in_len, int64_t out_len, const ResizeCfg& c, double scale, double rs, double re) {
   TapList taps;
-  std::vector<char> ext;
-  resize_taps(in_len, out_len, c, scale, rs, re, taps, ext);
-  for (int64_t o = 0; o < outer; ++o) {
-    const float* src = in + o * in_len * inner;
-    for (int64_t xo = 0; xo < out_len; ++xo) {
-      float* dst = out + (o * out_len + xo) * inner;
-      if (ext[size_t(xo)]) {
-        for (int64_t i = 0; i < inner; ++i) dst[i] = c.extrapolation;
+  FlatTaps f;
+  resize_taps(in_len, out_len, c, scale, rs, re, taps, f.ext);
+  f.first.assign(static_cast<size_t>(out_len) + 1, 0);
+  f.copy.assign(static_cast<size_t>(out_len), 0);
+  for (int64_t xo = 0; xo < out_len; ++xo) {
+    const auto& t = taps[size_t(xo)];
+    if (!f.ext[size_t(xo)] && t.size() == 1) {
+      f.copy[size_t(xo)] = 1;
+      f.idx.push_back(t[0].first);
+      f.w.push_back(1.f);
+    } else if (!f.ext[size_t(xo)]) {
+      for (auto& p : t)
+        if (p.second != 0) {
+          f.idx.push_back(p.first);
+          f.w.push_back(float(p.second));
+        }
+    }
+    f.first[size_t(xo) + 1] = int64_t(f.idx.size());
+  }
+  return f;
+}
+
+// One pass along one axis: data [outer, in_len, inner] -> [outer, out_len, inner]; outer rows
+// split over the pool.
+void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int64_t out_len, int64_t inner, const ResizeCfg& c,
+                 double scale, double rs, double re, ThreadPool* pool = nullptr) {
+  const FlatTaps f = flat_taps(in_len, out_len, c, scale, rs, re);
+  const float extv = c.extrapolation;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_len * inner));
+  parallel_for(pool, outer, grain, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const float* src = in + o * in_len * inner;
+      if (inner == 1) {
+        float* dst = out + o * out_len;
+        for (int64_t xo = 0; xo < out_len; ++xo) {
+          if (f.ext[size_t(xo)]) {
+            dst[xo] = extv;
+          } else if (f.copy[size_t(xo)]) {
+            dst[xo] = src[f.idx[size_t(f.first[size_t(xo)])]];
+          } else {
+            float acc = 0;
+            for (int64_t k = f.first[size_t(xo)]; k < f.first[size_t(xo) + 1]; ++k) acc += f.w[size_t(k)] * src[f.idx[size_t(k)]];
+            dst[xo] = acc;
+          }
+        }
         continue;
       }
-      const auto& t = taps[size_t(xo)];
-      if (t.size() == 1) {
-        const float* s0 = src + t[0].first * inner;
-        for (int64_t i = 0; i < inner; ++i) dst[i] = s0[i];
-        continue;
-      }
-      for (int64_t i = 0; i < inner; ++i) dst[i] = 0;
-      for (auto& p : t) {
-        if (p.second == 0) continue;
-        const float* s0 = src + p.first * inner;
-        float w = float(p.second);
-        for (int64_t i = 0; i < inner; ++i) dst[i] += w * s0[i];
+      for (int64_t xo = 0; xo < out_len; ++xo) {
+        float* dst = out + (o * out_len + xo) * inner;
+        if (f.ext[size_t(xo)]) {
+          for (int64_t i = 0; i < inner; ++i) dst[i] = extv;
+        } else if (f.copy[size_t(xo)]) {
+          std::memcpy(dst, src + f.idx[size_t(f.first[size_t(xo)])] * inner, size_t(inner) * sizeof(float));
+        } else {
+          for (int64_t i = 0; i < inner; ++i) dst[i] = 0;
+          for (int64_t k = f.first[size_t(xo)]; k < f.first[size_t(xo) + 1]; ++k) {
+            const float* s0 = src + f.idx[size_t(k)] * inner;
+            const float wk = f.w[size_t(k)];
+            for (int64_t i = 0; i < inner; ++i) dst[i] += wk * s0[i];
+          }
+        }
       }
     }
-  }
+  });
+}
+
+// The last two axes in one pass, without the intermediate tensor of two resize_axis calls but
+// with the same arithmetic: each output value is the W-axis sum over the H-axis values of its
+// columns, each H-axis value computed as resize_axis would have stored it. Planes (and output
+// rows) split over the pool.
+void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                  const FlatTaps& fy, const FlatTaps& fx, float extv, ThreadPool* pool) {
+  const int64_t rows = planes * OH;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, OW * 2));
+  parallel_for(pool, rows, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t p = r / OH, yo = r % OH;
+      const float* src = in + p * H * W;
+      float* dst = out + r * OW;
+      const bool yext = fy.ext[size_t(yo)], ycopy = fy.copy[size_t(yo)];
+      const int64_t y0 = fy.first[size_t(yo)], y1 = fy.first[size_t(yo) + 1];
+      // The H-axis value of input column ix for this output row.
+      auto col = [&](int64_t ix) {
+        if (yext) return extv;
+        if (ycopy) return src[fy.idx[size_t(y0)] * W + ix];
+        float t = 0;
+        for (int64_t k = y0; k < y1; ++k) t += fy.w[size_t(k)] * src[fy.idx[size_t(k)] * W + ix];
+        return t;
+      };
+      for (int64_t xo = 0; xo < OW; ++xo) {
+        if (fx.ext[size_t(xo)]) {
+          dst[xo] = extv;
+        } else if (fx.copy[size_t(xo)]) {
+          dst[xo] = col(fx.idx[size_t(fx.first[size_t(xo)])]);
+        } else {
+          float acc = 0;
+          for (int64_t k = fx.first[size_t(xo)]; k < fx.first[size_t(xo) + 1]; ++k) acc += fx.w[size_t(k)] * col(fx.idx[size_t(k)]);
+          dst[xo] = acc;
+        }
+      }
+    }
+  });
 }
 
 // Resize X (any float-like or numeric type) to out shape with per-axis scales and roi.
@@ -1241,7 +1779,22 @@ Tensor resize_run(const KernelContext& ctx, const Tensor& X, const Shape& out, c
   Tensor cur = tof(X);
   Shape cs = X.shape();
   int r = X.rank();
-  for (int a = 0; a < r; ++a) {
+  auto resized = [&](int a) {
+    return !(out[size_t(a)] == cs[size_t(a)] && scales[size_t(a)] == 1.0 && c.ctm != "tf_crop_and_resize");
+  };
+  bool only_last2 = r >= 2 && resized(r - 2) && resized(r - 1) && X.dim(r - 2) > 0 && X.dim(r - 1) > 0;
+  for (int a = 0; only_last2 && a < r - 2; ++a) only_last2 = !resized(a);
+  if (only_last2) {
+    // The usual NCHW image resize: both spatial axes in one pass.
+    const int64_t H = cs[size_t(r - 2)], W = cs[size_t(r - 1)], OH = out[size_t(r - 2)], OW = out[size_t(r - 1)];
+    FlatTaps fy = flat_taps(H, OH, c, scales[size_t(r - 2)], rs[size_t(r - 2)], re[size_t(r - 2)]);
+    FlatTaps fx = flat_taps(W, OW, c, scales[size_t(r - 1)], rs[size_t(r - 1)], re[size_t(r - 1)]);
+    Tensor nt = Tensor::uninit(DType::Float, out);
+    resize_last2(cur.data<float>(), nt.data<float>(), X.numel() / (H * W), H, W, OH, OW, fy, fx, c.extrapolation, ctx.pool());
+    cur = nt;
+    cs = out;
+  }
+  for (int a = 0; !only_last2 && a < r; ++a) {
     if (out[size_t(a)] == cs[size_t(a)] && scales[size_t(a)] == 1.0 && c.ctm != "tf_crop_and_resize") continue;
     if (cs[size_t(a)] == 0) ctx.fail(ErrorCode::InvalidArgument, "cannot resize an empty axis");
     int64_t outer = 1, inner = 1;
@@ -1249,9 +1802,9 @@ Tensor resize_run(const KernelContext& ctx, const Tensor& X, const Shape& out, c
     for (int d = a + 1; d < r; ++d) inner *= cs[size_t(d)];
     Shape ns = cs;
     ns[size_t(a)] = out[size_t(a)];
-    Tensor nt(DType::Float, ns);
+    Tensor nt = Tensor::uninit(DType::Float, ns);  // resize_axis writes every element
     resize_axis(cur.data<float>(), nt.data<float>(), outer, cs[size_t(a)], out[size_t(a)], inner, c, scales[size_t(a)], rs[size_t(a)],
-                re[size_t(a)]);
+                re[size_t(a)], ctx.pool());
     cur = nt;
     cs = ns;
   }

@@ -1,6 +1,9 @@
 // Reference kernels: reductions, softmax family, normalizations, losses, Einsum, Det.
 #include "ops/common.hpp"
 
+#include "kernels/eltwise.hpp"
+#include "runtime/thread_pool.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -279,6 +282,12 @@ void register_softmax(OpRegistry& r, const char* name, SM kind) {
             for (int d = ax + 1; d < rank; ++d) inner *= x.dim(d);
           }
         }
+        if (kind != SM::Hardmax && x.dtype() == DType::Float && inner == 1 && dim > 0) {
+          // Contiguous rows: the vectorized kernel, rows split over the pool.
+          Tensor& y = ctx.output_uninit(0, x.dtype(), x.shape());
+          kernels::softmax_rows_f32(ctx.pool(), x.data<float>(), y.data<float>(), outer, dim, kind == SM::LogSoftmax);
+          return;
+        }
         Tensor& y = ctx.output(0, x.dtype(), x.shape());
         visit_float(x.dtype(), [&]<class T>() {
           const T* a = x.data<T>();
@@ -353,6 +362,39 @@ DType stash_dtype(int64_t stash_type, DType x) {
   return x;
 }
 
+// LayerNormalization for float32 whose scale (and bias) cover exactly the normalized dims (the
+// usual [C] over the last axis): rows go to the vectorized kernel. Returns false for anything
+// else (other dtypes, parameters broadcast along the normalized dims), which takes the reference.
+bool layernorm_fast(KernelContext& ctx, const Tensor& x, int ax, int64_t outer, int64_t inner, float eps,
+                    int64_t stash) {
+  if (x.dtype() != DType::Float || inner == 0) return false;
+  auto covers = [&](int i) {
+    if (!ctx.has_input(i)) return true;
+    const Tensor& t = ctx.input(i);
+    if (t.dtype() != DType::Float || t.numel() != inner) return false;
+    // Leading 1s, then exactly the normalized dims.
+    int lead = t.rank() - (x.rank() - ax);
+    if (lead < 0) return false;
+    for (int d = 0; d < t.rank(); ++d) {
+      int64_t want = d < lead ? 1 : x.dim(ax + d - lead);
+      if (t.dim(d) != want) return false;
+    }
+    return true;
+  };
+  if (!covers(1) || !covers(2)) return false;
+  DType sd = stash_dtype(stash, x.dtype());
+  if ((ctx.has_output(1) || ctx.has_output(2)) && sd != DType::Float) return false;
+  Shape stat_shape = x.shape();
+  for (int d = ax; d < x.rank(); ++d) stat_shape[size_t(d)] = 1;
+  float* mean = ctx.has_output(1) ? ctx.output_uninit(1, DType::Float, stat_shape).data<float>() : nullptr;
+  float* rstd = ctx.has_output(2) ? ctx.output_uninit(2, DType::Float, stat_shape).data<float>() : nullptr;
+  Tensor& y = ctx.output_uninit(0, DType::Float, x.shape());
+  kernels::layernorm_rows_f32(ctx.pool(), x.data<float>(), ctx.input(1).data<float>(),
+                              ctx.has_input(2) ? ctx.input(2).data<float>() : nullptr, y.data<float>(), outer, inner,
+                              eps, mean, rstd);
+  return true;
+}
+
 void register_norms(OpRegistry& r) {
   // LayerNormalization-17
   r.add("LayerNormalization", 17, [](const Node& n) {
@@ -368,6 +410,7 @@ void register_norms(OpRegistry& r) {
       int64_t outer = 1, inner = 1;
       for (int d = 0; d < ax; ++d) outer *= x.dim(d);
       for (int d = ax; d < rank; ++d) inner *= x.dim(d);
+      if (layernorm_fast(ctx, x, ax, outer, inner, eps, stash)) return;
       std::vector<double> xs = to_dvec(ctx, 0, x);
       std::vector<double> sc = broadcast_param(ctx, 1, x.shape());
       std::vector<double> bi;
@@ -445,6 +488,36 @@ void register_norms(OpRegistry& r) {
         if (x.rank() < 2) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 2, got " + shape_str(x.shape()));
         int64_t N = x.dim(0), C = x.dim(1), S = 1;
         for (int d = 2; d < x.rank(); ++d) S *= x.dim(d);
+        if (!training && x.dtype() == DType::Float) {
+          // Inference on float32: y = x * s[c] + t[c] with s, t folded in double, one vectorized
+          // pass; planes split over the pool.
+          std::vector<double> sc = per_channel_param(ctx, 1, C, "scale");
+          std::vector<double> bi = per_channel_param(ctx, 2, C, "B");
+          std::vector<double> mean = per_channel_param(ctx, 3, C, "input_mean");
+          std::vector<double> var = per_channel_param(ctx, 4, C, "input_var");
+          for (int i = 1; i < ctx.num_outputs(); ++i)
+            if (ctx.has_output(i))
+              ctx.fail(ErrorCode::Unsupported, "output " + std::to_string(i) + " is only produced in training mode" +
+                                                   (opset < 14 ? " (not supported before opset 14)" : ""));
+          std::vector<float> s(static_cast<size_t>(C)), t(static_cast<size_t>(C));
+          for (size_t c = 0; c < size_t(C); ++c) {
+            double inv = 1.0 / std::sqrt(var[c] + double(eps));
+            s[c] = float(inv * sc[c]);
+            t[c] = float(bi[c] - mean[c] * inv * sc[c]);
+          }
+          Tensor& y = ctx.output_uninit(0, x.dtype(), x.shape());
+          const float* px = x.data<float>();
+          float* py = y.data<float>();
+          const kernels::VecOps& k = kernels::vec_ops();
+          const int64_t grain = S > 0 ? std::max<int64_t>(1, kernels::eltwise_grain(1) / S) : 1;
+          parallel_for(ctx.pool(), N * C, grain, [&](int64_t b, int64_t e) {
+            for (int64_t p = b; p < e; ++p) {
+              size_t c = size_t(p % C);
+              k.affine(px + p * S, py + p * S, S, s[c], t[c]);
+            }
+          });
+          return;
+        }
         std::vector<double> xs = to_dvec(ctx, 0, x);
         std::vector<double> sc = per_channel_param(ctx, 1, C, "scale");
         std::vector<double> bi = per_channel_param(ctx, 2, C, "B");

@@ -5,6 +5,8 @@
 // equations (ONNX operator spec). Computation runs in float (double for double inputs).
 #include "ops/common.hpp"
 
+#include "kernels/eltwise.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -165,7 +167,14 @@ void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
   const int64_t GH = G * H;
   check_shape(ctx, 1, {nd, GH, I}, "W");
   check_shape(ctx, 2, {nd, GH, H}, "R");
-  std::vector<C> W = load<C>(ctx, 1, dt), R = load<C>(ctx, 2, dt);
+  // float inputs are read in place; other types are converted into W / R (and x below).
+  // (A W or R of another type takes load(), which names the mismatch.)
+  const bool in_place = std::is_same_v<C, float> && dt == DType::Float && Wt.dtype() == DType::Float &&
+                        ctx.input(2).dtype() == DType::Float;
+  std::vector<C> W, R;
+  if (!in_place) W = load<C>(ctx, 1, dt), R = load<C>(ctx, 2, dt);
+  const C* Wp = in_place ? reinterpret_cast<const C*>(Wt.data<float>()) : W.data();
+  const C* Rp = in_place ? reinterpret_cast<const C*>(ctx.input(2).data<float>()) : R.data();
   std::vector<C> Bias(size_t(nd * 2 * GH), C(0));
   if (ctx.has_input(3)) {
     check_shape(ctx, 3, {nd, 2 * GH}, "B");
@@ -207,25 +216,57 @@ void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
       has_p = true;
     }
   }
-  std::vector<C> x(size_t(X.numel()));
-  visit_float(dt, [&]<class T>() {
-    const T* p = X.data<T>();
-    for (size_t k = 0; k < x.size(); ++k) {
-      if constexpr (std::is_same_v<T, double>) x[k] = C(p[k]);
-      else x[k] = C(float(p[k]));
-    }
-  });
+  std::vector<C> x;
+  if (!in_place) {
+    x.resize(size_t(X.numel()));
+    visit_float(dt, [&]<class T>() {
+      const T* p = X.data<T>();
+      for (size_t k = 0; k < x.size(); ++k) {
+        if constexpr (std::is_same_v<T, double>) x[k] = C(p[k]);
+        else x[k] = C(float(p[k]));
+      }
+    });
+  }
+  const C* xp = in_place ? reinterpret_cast<const C*>(X.data<float>()) : x.data();
 
   std::vector<C> Y;
   bool want_y = ctx.has_output(0);
   if (want_y) Y.assign(size_t(S * nd * Bn * H), C(0));  // internal layout [S][nd][B][H]
 
   std::vector<C> xw(static_cast<size_t>(GH)), hr(static_cast<size_t>(GH)), hnew(static_cast<size_t>(H)), rh(static_cast<size_t>(H));
+  const kernels::VecOps& vk = kernels::vec_ops();
+  const bool lstm_plain = cfg.kind == RnnKind::Lstm && !cfg.has_clip && !cfg.input_forget && !has_p &&
+                          [&] {
+                            for (int d = 0; d < nd; ++d) {
+                              const Activation* a = cfg.acts.data() + size_t(d * cfg.acts_per_dir);
+                              if (a[0].kind != ActKind::Sigmoid || a[1].kind != ActKind::Tanh ||
+                                  a[2].kind != ActKind::Tanh)
+                                return false;
+                            }
+                            return true;
+                          }();
+  // LSTM with the default activations, no clip, no peepholes, no input_forget, in float: gate
+  // pre-activations in one buffer (order i, o, f, c), sigmoid over i/o/f and tanh over c
+  // vectorized, then the cell update. Returns false where the generic cell code must run.
+  auto plain_lstm_step = [&](C* gt, const C* hrp, C* cf, C* hn) {
+    if constexpr (std::is_same_v<C, float>) {
+      if (!lstm_plain) return false;
+      for (int64_t k = 0; k < GH; ++k) gt[k] += hrp[k];
+      vk.unary(kernels::UnaryOp::Sigmoid, {}, gt, gt, 3 * H);
+      vk.unary(kernels::UnaryOp::Tanh, {}, gt + 3 * H, gt + 3 * H, H);
+      for (int64_t k = 0; k < H; ++k) cf[k] = gt[2 * H + k] * cf[k] + gt[k] * gt[3 * H + k];
+      vk.unary(kernels::UnaryOp::Tanh, {}, cf, hn, H);
+      for (int64_t k = 0; k < H; ++k) hn[k] *= gt[H + k];
+      return true;
+    } else {
+      return false;
+    }
+  };
   auto clipv = [&](C v) { return cfg.has_clip ? std::max(C(-cfg.clip), std::min(C(cfg.clip), v)) : v; };
   for (int d = 0; d < nd; ++d) {
     const bool rev = cfg.reverse_only || d == 1;
-    const C* Wd = W.data() + size_t(d) * size_t(GH * I);
-    const C* Rd = R.data() + size_t(d) * size_t(GH * H);
+    const C* Wd = Wp + size_t(d) * size_t(GH * I);
+    const C* Rd = Rp + size_t(d) * size_t(GH * H);
     const C* Wb = Bias.data() + size_t(d) * size_t(2 * GH);
     const C* Rb = Wb + GH;
     const Activation* act = cfg.acts.data() + size_t(d * cfg.acts_per_dir);
@@ -239,18 +280,26 @@ void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
       }
       for (int64_t s = 0; s < len; ++s) {
         const int64_t t = rev ? len - 1 - s : s;
-        const C* xt = x.data() + size_t(bf ? (b * S + t) * I : (t * Bn + b) * I);
-        for (int64_t g = 0; g < GH; ++g) {
-          C acc = Wb[g];
-          const C* wr = Wd + g * I;
-          for (int64_t k = 0; k < I; ++k) acc += wr[k] * xt[k];
-          xw[size_t(g)] = acc;
-          C acc2 = Rb[g];
-          const C* rr = Rd + g * H;
-          for (int64_t k = 0; k < H; ++k) acc2 += rr[k] * h[k];
-          hr[size_t(g)] = acc2;
+        const C* xt = xp + size_t(bf ? (b * S + t) * I : (t * Bn + b) * I);
+        if constexpr (std::is_same_v<C, float>) {
+          // float: vectorized matrix-vector products (4 gate rows per pass over x / h).
+          vk.gemv(Wd, GH, I, I, xt, Wb, xw.data());
+          vk.gemv(Rd, GH, H, H, h, Rb, hr.data());
+        } else {
+          for (int64_t g = 0; g < GH; ++g) {
+            C acc = Wb[g];
+            const C* wr = Wd + g * I;
+            for (int64_t k = 0; k < I; ++k) acc += wr[k] * xt[k];
+            xw[size_t(g)] = acc;
+            C acc2 = Rb[g];
+            const C* rr = Rd + g * H;
+            for (int64_t k = 0; k < H; ++k) acc2 += rr[k] * h[k];
+            hr[size_t(g)] = acc2;
+          }
         }
-        if (cfg.kind == RnnKind::Rnn) {
+        if (plain_lstm_step(xw.data(), hr.data(), c, hnew.data())) {
+          // done: the vectorized LSTM cell
+        } else if (cfg.kind == RnnKind::Rnn) {
           for (int64_t k = 0; k < H; ++k) hnew[size_t(k)] = act[0](clipv(xw[size_t(k)] + hr[size_t(k)]));
         } else if (cfg.kind == RnnKind::Gru) {
           // gate order z, r, h

@@ -8,6 +8,8 @@
 // Unsqueeze, Dropout in inference) return a reshaped view of the input, without a copy.
 #include "ops/common.hpp"
 
+#include "runtime/thread_pool.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -97,6 +99,65 @@ Tensor strided_copy(const KernelContext& ctx, const Tensor& src, const Shape& os
     }
   });
   return out;
+}
+
+// Batched 2-D transpose of T elements: x [B, R, C] -> y [B, C, R], in 16x16 tiles so both the
+// reads and the writes stay within a few cache lines; tile rows of all batches split over pool.
+template <class T>
+void transpose_2d_tiled(ThreadPool* pool, const T* x, T* y, int64_t B, int64_t R, int64_t C) {
+  constexpr int64_t kTile = 16;
+  const int64_t row_tiles = (R + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, kTile * C));
+  parallel_for(pool, B * row_tiles, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / row_tiles, r0 = (t % row_tiles) * kTile, r1 = std::min(R, r0 + kTile);
+      const T* xb = x + b * R * C;
+      T* yb = y + b * R * C;
+      for (int64_t c0 = 0; c0 < C; c0 += kTile) {
+        const int64_t c1 = std::min(C, c0 + kTile);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) yb[c * R + r] = xb[r * C + c];
+      }
+    }
+  });
+}
+
+// Transpose as a batched 2-D transpose when it is one: after dropping size-1 axes and merging
+// input axes that stay adjacent, the permutation is [1, 0] or [0, 2, 1]. Element sizes 1, 2,
+// 4 and 8 bytes. Returns false otherwise (the generic strided copy runs).
+bool transpose_fast(KernelContext& ctx, const Tensor& x, const std::vector<int>& perm) {
+  const size_t es = dtype_size(x.dtype());
+  if (x.dtype() == DType::String || (es != 1 && es != 2 && es != 4 && es != 8) || x.numel() < 64) return false;
+  // Axes of size > 1 in output order, as input axis numbers, merged into runs of consecutive axes.
+  std::vector<int> kept;
+  for (int a : perm)
+    if (x.dim(a) > 1) kept.push_back(a);
+  std::vector<std::pair<int, int64_t>> runs;  // (first input axis, merged size), in output order
+  for (size_t i = 0; i < kept.size(); ++i) {
+    if (!runs.empty() && kept[i] == kept[i - 1] + 1) {
+      runs.back().second *= x.dim(kept[i]);
+    } else {
+      runs.push_back({kept[i], x.dim(kept[i])});
+    }
+  }
+  int64_t B = 1, R = 0, C = 0;
+  if (runs.size() == 2 && runs[0].first > runs[1].first) {
+    R = runs[1].second, C = runs[0].second;  // input [R, C] -> output [C, R]
+  } else if (runs.size() == 3 && runs[0].first < runs[2].first && runs[2].first < runs[1].first) {
+    B = runs[0].second, R = runs[2].second, C = runs[1].second;  // input [B, R, C] -> output [B, C, R]
+  } else {
+    return false;
+  }
+  Shape os(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) os[d] = x.shape()[size_t(perm[d])];
+  Tensor& y = ctx.output_uninit(0, x.dtype(), os);
+  switch (es) {
+    case 1: transpose_2d_tiled(ctx.pool(), x.data<uint8_t>(), y.data<uint8_t>(), B, R, C); break;
+    case 2: transpose_2d_tiled(ctx.pool(), x.data<uint16_t>(), y.data<uint16_t>(), B, R, C); break;
+    case 4: transpose_2d_tiled(ctx.pool(), x.data<uint32_t>(), y.data<uint32_t>(), B, R, C); break;
+    default: transpose_2d_tiled(ctx.pool(), x.data<uint64_t>(), y.data<uint64_t>(), B, R, C); break;
+  }
+  return true;
 }
 
 // Transposed copy of x (perm already validated).
@@ -612,6 +673,7 @@ void register_tensor_ops(OpRegistry& r) {
         ctx.set_output(0, ctx.input_value(0));
         return;
       }
+      if (transpose_fast(ctx, x, p)) return;
       ctx.set_output(0, Value(transpose_copy(ctx, x, p)));
     });
   });

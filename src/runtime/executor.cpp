@@ -1,8 +1,12 @@
 #include "runtime/executor.hpp"
 
+#include "runtime/planner.hpp"
 #include "runtime/profiler.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 namespace basalt {
@@ -20,23 +24,43 @@ const Tensor& KernelContext::input(int i) const {
 
 bool KernelContext::requested(int i) const { return node_.outputs[size_t(i)] >= 0; }
 
+// Outputs and workspaces come from the run's arena when the plan has a slot of exactly this
+// dtype and shape (ArenaRun checks); otherwise from the heap, counted against the memory limit.
+static Tensor make_output(KernelContext& ctx, int i, DType dtype, const Shape& shape, bool zero) {
+  ArenaRun* ar = ctx.run().arena;
+  if (ar) {
+    if (void* p = ar->output(ctx.node(), i, dtype, shape)) {
+      Tensor t = Tensor::view(dtype, shape, p, ar->keep);
+      if (zero && t.nbytes()) std::memset(p, 0, t.nbytes());
+      return t;
+    }
+  }
+  Tensor t = zero ? Tensor(dtype, shape) : Tensor::uninit(dtype, shape);
+  if (ar) ar->note_heap(ctx.node(), i, t.nbytes());
+  return t;
+}
+
 Tensor& KernelContext::output(int i, DType dtype, const Shape& shape) {
   if (i < 0 || i >= num_outputs()) fail(ErrorCode::InvalidModel, "output " + std::to_string(i) + " does not exist");
-  outputs_[size_t(i)] = Value(Tensor(dtype, shape));
+  outputs_[size_t(i)] = Value(make_output(*this, i, dtype, shape, true));
   return outputs_[size_t(i)].tensor;
 }
 
 Tensor& KernelContext::output_uninit(int i, DType dtype, const Shape& shape) {
   if (i < 0 || i >= num_outputs()) fail(ErrorCode::InvalidModel, "output " + std::to_string(i) + " does not exist");
-  outputs_[size_t(i)] = Value(Tensor::uninit(dtype, shape));
+  outputs_[size_t(i)] = Value(make_output(*this, i, dtype, shape, false));
   return outputs_[size_t(i)].tensor;
 }
 
 void* KernelContext::workspace(size_t bytes) {
   if (bytes == 0) bytes = 64;
+  if (run_.arena)
+    if (void* p = run_.arena->workspace(node_, bytes)) return p;
   if (bytes > workspace_size_) {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p) fail(ErrorCode::MemoryLimit, "out of memory allocating a " + std::to_string(bytes) + "-byte workspace");
+    detail::count_allocation();
+    if (run_.arena) run_.arena->note_heap(node_, -1, bytes);
     workspace_.reset(p, [](void* q) { std::free(q); });
     workspace_size_ = bytes;
   }
@@ -90,6 +114,7 @@ static std::vector<Value> execute_impl(const Graph& g, std::span<const Value> in
 
   std::vector<const Value*> ins, impl;
   std::vector<Value> outs;
+  std::vector<std::shared_ptr<Storage>> ending;  // arena storages whose slot is released now
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& node = g.nodes[ni];
     size_t pi = 0;
@@ -112,6 +137,10 @@ static std::vector<Value> execute_impl(const Graph& g, std::span<const Value> in
     for (size_t k = 0; k < node.implicit_inputs.size(); ++k) impl[k] = &frame[size_t(node.implicit_inputs[k])];
     outs.assign(node.outputs.size(), Value());
     KernelContext ctx(node, ins, outs, impl, rc);
+    // BASALT_PLAN_DEBUG=1: name the nodes that allocate outside the plan (for finding kernels to
+    // move onto ctx.output / ctx.workspace).
+    static const bool debug_allocs = std::getenv("BASALT_PLAN_DEBUG") != nullptr;
+    const uint64_t allocs0 = debug_allocs ? allocation_count() : 0;
     try {
       node.kernel->compute(ctx);
     } catch (const Error& e) {
@@ -123,6 +152,9 @@ static std::vector<Value> execute_impl(const Graph& g, std::span<const Value> in
     } catch (const std::exception& e) {
       node.fail(ErrorCode::Internal, e.what());
     }
+    if (debug_allocs && rc.arena && allocation_count() != allocs0)
+      std::fprintf(stderr, "plan: %s made %llu heap allocations\n", node.describe().c_str(),
+                   (unsigned long long)(allocation_count() - allocs0));
     if constexpr (kProfile) {
       prof->current_parent = parent;
       ProfNode& pn = prof->nodes[pi];
@@ -141,14 +173,48 @@ static std::vector<Value> execute_impl(const Graph& g, std::span<const Value> in
           prof->add_live(b);
         }
     }
-    for (size_t k = 0; k < node.outputs.size(); ++k)
-      if (node.outputs[k] >= 0) frame[size_t(node.outputs[k])] = std::move(outs[k]);
+    ArenaRun* top = rc.arena && rc.arena->graph == &g && !rc.arena->abandoned ? rc.arena : nullptr;
+    for (size_t k = 0; k < node.outputs.size(); ++k) {
+      if (node.outputs[k] < 0) continue;
+      // A kernel that made its output itself (set_output of a fresh heap tensor) left its planned
+      // slot empty: move the data there, so that the heap block is freed now instead of living
+      // beside the arena for the whole lifetime of the value.
+      if (top && outs[k].is_tensor()) {
+        Tensor& t = outs[k].tensor;
+        if (t.storage() && t.storage()->owned && t.storage().use_count() == 1 && !top->contains(t.raw()))
+          if (void* p = top->adopt(node, int(k), t.dtype(), t.shape())) {
+            if (t.nbytes()) std::memcpy(p, t.raw(), t.nbytes());
+            outs[k] = Value(Tensor::view(t.dtype(), t.shape(), p, top->keep));
+          }
+      }
+      frame[size_t(node.outputs[k])] = std::move(outs[k]);
+    }
+    // The arena slot of a value may be reused after reserved_until; by then nothing else may
+    // hold its storage. A kernel that kept an unplanned alias (a view in another value) would
+    // see its data overwritten later, so the rest of this run takes its memory from the heap.
+    ArenaRun* ar = rc.arena && rc.arena->graph == &g && !rc.arena->abandoned ? rc.arena : nullptr;
+    ending.clear();
     for (int v : g.free_after[ni]) {
+      if (ar && ar->plan->reserved_until[size_t(v)] <= int(ni)) {
+        const Value& fv = frame[size_t(v)];
+        if (fv.is_tensor() && fv.tensor.storage() && ar->contains(fv.tensor.raw())) ending.push_back(fv.tensor.storage());
+      }
       frame[size_t(v)] = Value();
       if constexpr (kProfile) {
         prof->sub_live(counted[size_t(v)]);
         counted[size_t(v)] = 0;
       }
+    }
+    if (!ending.empty()) {
+      // Each storage is held by `ending` (once per copy there) and by nobody else, or it escaped.
+      std::sort(ending.begin(), ending.end());
+      for (size_t a = 0; a < ending.size();) {
+        size_t b = a;
+        while (b < ending.size() && ending[b] == ending[a]) ++b;
+        if (ending[a].use_count() > long(b - a)) ar->abandoned = true;
+        a = b;
+      }
+      ending.clear();
     }
     if constexpr (kProfile) {
       // Stamped after the bookkeeping so that node events tile the run without gaps.

@@ -15,6 +15,8 @@ struct LoadOptions {
   bool allow_unsupported = false;
 };
 
+struct OptimizeReport;  // opt/optimizer.hpp
+
 struct Model {
   int64_t ir_version = 0;
   std::map<std::string, int64_t> opsets;  // canonical domain ("" = ai.onnx) -> version
@@ -29,6 +31,10 @@ struct Model {
   std::string path;                        // empty when loaded from memory
   int64_t kernel_create_ns = 0;            // time spent in kernel factories and prepare (all graphs)
   size_t packed_weight_bytes = 0;          // copies kernels made of weights at prepare (packing)
+  // Graph optimization (src/opt), run by Session::create before create_kernels: its wall time
+  // (start/end on the profiler clock, 0 when not run) and what it did.
+  int64_t optimize_start_ns = 0, optimize_end_ns = 0;
+  std::shared_ptr<OptimizeReport> optimize_report;
 };
 
 // Import only: the graphs have no kernels yet. Sessions then optimize and call create_kernels.

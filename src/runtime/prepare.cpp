@@ -3,8 +3,20 @@
 #include "runtime/model.hpp"
 
 #include <chrono>
+#include <cstdint>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace basalt {
+
+// Gives back the whole pages inside [p, p+n) of a read-only file mapping.
+static void release_file_pages(const void* p, size_t n) {
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
 
 static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, int threads) {
   const OpRegistry& reg = OpRegistry::instance();
@@ -42,6 +54,13 @@ static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, in
         throw Error(e.code(), msg);
       }
       m.packed_weight_bytes += n.kernel->packed_bytes();
+      // Packing read the original weights, so their file pages are resident again; with a packed
+      // copy in use they are rarely needed, so give them back (a later read refaults them from
+      // the file). Only for views of the model's file mapping: a model from bytes views the
+      // caller's memory, where MADV_DONTNEED would destroy data.
+      if (n.kernel->packed_bytes() > 0 && !m.path.empty())
+        for (const Tensor* t : consts)
+          if (t && t->storage() && !t->storage()->owned && t->nbytes()) release_file_pages(t->raw(), t->nbytes());
     }
     m.kernel_create_ns +=
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - k0).count();

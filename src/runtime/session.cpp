@@ -1,6 +1,8 @@
 #include <basalt/basalt.hpp>
 
+#include "opt/optimizer.hpp"
 #include "runtime/executor.hpp"
+#include "runtime/planner.hpp"
 #include "runtime/model.hpp"
 #include "runtime/profiler.hpp"
 #include "runtime/thread_pool.hpp"
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <malloc.h>
 #include <set>
 #include <unordered_set>
 
@@ -28,18 +31,26 @@ struct Session::Impl {
   std::shared_ptr<ThreadPool> pool;        // own or process-wide
   std::unique_ptr<Profiler> profiler;      // null = profiling off
   mutable std::atomic<bool> profile_written{false};
+  // Memory (runtime/planner.hpp): plans by input signature and the arenas runs use.
+  std::unique_ptr<PlanCache> plans;
+  std::shared_ptr<ArenaPool> arenas = std::make_shared<ArenaPool>();
+  mutable std::atomic<uint64_t> last_arena{0}, peak_run{0}, fallbacks{0}, alias_runs{0}, last_heap{0};
+  std::shared_ptr<const MemoryPlan> plan_for(const std::vector<std::pair<DType, Shape>>& sig) const;
 };
 
 static bool profiling_on(const SessionOptions& o) { return o.enable_profiling || !o.profile_path.empty(); }
 
 // Records the load phase and, inside it, the time spent creating kernels ("prepare"). Kernel
 // creation is interleaved with graph building in the loader, so "prepare" is its summed time,
-// drawn at the end of the load span; optimize and plan phases do not exist yet.
+// drawn at the end of the load span; the optimize phase is drawn where it ran, inside load.
 static void record_load(Session& s, int64_t t0, int64_t t1) {
   Profiler* p = s.profiler();
   if (!p) return;
   int64_t kc = std::min<int64_t>(s.model().kernel_create_ns, t1 - t0);
   p->add_phase("load", "parse the model, build graphs, create kernels", t0, t1);
+  const Model& m = s.model();
+  if (m.optimize_end_ns > m.optimize_start_ns && m.optimize_start_ns >= t0)
+    p->add_phase("optimize", "graph optimization passes (src/opt)", m.optimize_start_ns, m.optimize_end_ns);
   p->add_phase("prepare", "kernel creation, summed: it is interleaved with graph building during load", t1 - kc, t1);
 }
 
@@ -94,6 +105,20 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
   int threads = opts.threads > 0 ? opts.threads : ThreadPool::available_cores();
   impl->pool = opts.shared_pool ? ThreadPool::shared(threads, opts.spin_us) : std::make_shared<ThreadPool>(threads, opts.spin_us);
   impl->opts.threads = impl->pool->threads();
+  impl->plans = std::make_unique<PlanCache>(opts.plan_cache_entries, opts.plan_cache_bytes);
+  if (opts.optimization_level < 0 || opts.optimization_level > 3)
+    BASALT_THROW(InvalidArgument, "SessionOptions.optimization_level must be 0..3 (none, basic, extended, all), got " +
+                                      std::to_string(opts.optimization_level));
+  {
+    // Kernels do not exist yet: passes rewrite plain graph nodes (src/opt/optimizer.hpp).
+    OptimizeOptions oo;
+    oo.level = static_cast<OptLevel>(opts.optimization_level);
+    auto rep = std::make_shared<OptimizeReport>();
+    impl->model->optimize_start_ns = prof_now_ns();
+    optimize_model(*impl->model, oo, rep.get());
+    impl->model->optimize_end_ns = prof_now_ns();
+    impl->model->optimize_report = std::move(rep);
+  }
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
   create_kernels(*impl->model, lo, impl->opts.threads);
@@ -110,13 +135,19 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
 }
 
 Session::~Session() {
-  if (!impl_ || !impl_->profiler || impl_->opts.profile_path.empty() || impl_->profile_written) return;
-  try {
-    impl_->profiler->write_chrome_trace(impl_->opts.profile_path);
-  } catch (const std::exception& e) {
-    // A destructor cannot throw; end_profiling() is the way to see this error as an exception.
-    std::fprintf(stderr, "basalt: %s\n", e.what());
+  if (impl_ && impl_->profiler && !impl_->opts.profile_path.empty() && !impl_->profile_written) {
+    try {
+      impl_->profiler->write_chrome_trace(impl_->opts.profile_path);
+    } catch (const std::exception& e) {
+      // A destructor cannot throw; end_profiling() is the way to see this error as an exception.
+      std::fprintf(stderr, "basalt: %s\n", e.what());
+    }
   }
+  // Everything the session allocated goes now (arenas are unmapped with their pool); trimming
+  // the heap hands freed small blocks back to the OS too, so resident memory returns near its
+  // level before the model was loaded.
+  impl_.reset();
+  malloc_trim(0);
 }
 
 Profiler* Session::profiler() const { return impl_->profiler.get(); }
@@ -225,6 +256,54 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
   RunContext rc;
   rc.threads = impl_->pool->threads();
   rc.pool = impl_->pool.get();
+
+  // Memory: the plan for this input signature, the limit checked before anything is allocated,
+  // then an arena of exactly the planned size (runtime/planner.hpp).
+  std::vector<std::pair<DType, Shape>> sig(g.inputs.size(), {DType::Undefined, Shape{-1}});
+  for (size_t k = 0; k < ins.size(); ++k)
+    if (given[k] && ins[k].is_tensor()) sig[k] = {ins[k].tensor.dtype(), ins[k].tensor.shape()};
+  std::shared_ptr<const MemoryPlan> plan = impl_->plan_for(sig);
+  const uint64_t limit = impl_->opts.memory_limit;
+  if (plan && limit && plan->peak_bytes > limit) {
+    std::string shapes;
+    for (size_t k = 0; k < sig.size(); ++k)
+      if (given[k] && ins[k].is_tensor()) shapes += (shapes.empty() ? "" : ", ") + impl_->inputs[k].name + "=" + shape_str(sig[k].second);
+    BASALT_THROW(MemoryLimit, "the run needs " + std::to_string(plan->peak_bytes) + " bytes (arena " +
+                                  std::to_string(plan->arena_bytes) + ", inputs " + std::to_string(plan->inputs_bytes) +
+                                  ", outputs " + std::to_string(plan->outputs_bytes) + ", weights " +
+                                  std::to_string(plan->weights_bytes + plan->packed_weights_bytes) +
+                                  "), more than the memory limit of " + std::to_string(limit) +
+                                  " bytes; input shapes " + shapes);
+  }
+  ArenaRun ar;
+  std::shared_ptr<Arena> arena;
+  struct ArenaReturn {
+    ArenaPool* pool;
+    std::shared_ptr<Arena>* a;
+    ArenaRun* ar;
+    ~ArenaReturn() {
+      ar->keep.reset();
+      if (*a) pool->release(std::move(*a));
+    }
+  } arena_return{impl_->arenas.get(), &arena, &ar};
+  if (plan && impl_->opts.memory_plan) {
+    ar.plan = plan.get();
+    ar.graph = &g;
+    ar.limit = limit;
+    if (plan->arena_bytes) {
+      arena = impl_->arenas->acquire(plan->arena_bytes);
+      ar.base = arena->data();
+      ar.size = plan->arena_bytes;
+      ar.keep = arena;
+    }
+    rc.arena = &ar;
+    impl_->last_arena = plan->arena_bytes;
+  }
+  if (plan) {
+    uint64_t prev = impl_->peak_run.load();
+    while (plan->peak_bytes > prev && !impl_->peak_run.compare_exchange_weak(prev, plan->peak_bytes)) {
+    }
+  }
   std::vector<Value> outs;
   if (Profiler* prof = impl_->profiler.get()) {
     // A failed run's partial record is dropped with `rec`.
@@ -237,7 +316,10 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
   } else {
     outs = execute_graph(g, ins, {}, rc);
   }
-  make_outputs_private(outs, ins);
+  make_outputs_private(outs, ins);  // outputs viewing the arena are copied out here
+  impl_->fallbacks += ar.fallbacks;
+  impl_->last_heap = ar.heap_bytes;
+  if (ar.abandoned) ++impl_->alias_runs;
   if (output_names.empty()) return outs;
   std::vector<Value> sel;
   for (const auto& n : output_names) {
@@ -253,6 +335,20 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
 
 namespace basalt {
 
+std::shared_ptr<const MemoryPlan> Session::Impl::plan_for(const std::vector<std::pair<DType, Shape>>& sig) const {
+  const Graph& g = *model->graph;
+  try {
+    return plans->get(shape_key(sig), [&] {
+      return build_memory_plan(g, sig, opts.threads, model->weight_bytes, model->packed_weight_bytes);
+    });
+  } catch (const Error& e) {
+    // Absurd sizes are refused; any other planning failure leaves the run on the heap, where
+    // the kernels report real errors themselves.
+    if (e.code() == ErrorCode::MemoryLimit) throw;
+    return nullptr;
+  }
+}
+
 MemoryStats Session::memory_stats() const {
   MemoryStats s;
   const Model& m = *impl_->model;
@@ -260,7 +356,62 @@ MemoryStats Session::memory_stats() const {
   s.weights_in_place_bytes = m.weight_bytes_in_place;
   s.packed_weights_bytes = m.packed_weight_bytes;
   s.memory_limit = impl_->opts.memory_limit;
+  PlanCache::Stats c = impl_->plans->stats();
+  s.plan_cache_hits = c.hits;
+  s.plan_cache_misses = c.misses;
+  s.plan_cache_evictions = c.evictions;
+  s.plan_cache_entries = c.entries;
+  s.plan_cache_bytes = c.bytes;
+  s.arena_bytes = impl_->arenas->mapped_bytes();
+  s.arena_maps = impl_->arenas->maps();
+  s.last_run_arena_bytes = impl_->last_arena;
+  s.peak_run_bytes = impl_->peak_run;
+  s.heap_fallbacks = impl_->fallbacks;
+  s.unplanned_alias_runs = impl_->alias_runs;
+  s.last_run_heap_bytes = impl_->last_heap;
   return s;
+}
+
+MemoryPlanReport Session::plan_memory(const std::map<std::string, Shape>& shapes) const {
+  const Graph& g = *impl_->model->graph;
+  for (auto& [n, sh] : shapes) {
+    bool known = false;
+    for (auto& io : impl_->inputs) known |= io.name == n;
+    if (!known) BASALT_THROW(InvalidArgument, "plan: the model has no input '" + n + "'");
+  }
+  std::vector<std::pair<DType, Shape>> sig(g.inputs.size(), {DType::Undefined, Shape{-1}});
+  for (size_t k = 0; k < impl_->inputs.size() && k < sig.size(); ++k) {
+    const IoInfo& io = impl_->inputs[k];
+    auto it = shapes.find(io.name);
+    if (it != shapes.end()) {
+      for (int64_t d : it->second)
+        if (d < 0) BASALT_THROW(InvalidArgument, "plan: input '" + io.name + "' has a negative dimension " + shape_str(it->second));
+      sig[k] = {io.dtype == DType::Undefined ? DType::Float : io.dtype, it->second};
+      continue;
+    }
+    if (io.has_default || io.kind != "tensor") continue;
+    bool fixed = io.has_shape;
+    for (int64_t d : io.shape) fixed &= d >= 0;
+    if (!fixed) BASALT_THROW(InvalidArgument, "plan: input '" + io.name + "' " + dims_str(io) + " has symbolic dims: give its shape");
+    sig[k] = {io.dtype, io.shape};
+  }
+  std::shared_ptr<const MemoryPlan> p = impl_->plans->get(shape_key(sig), [&] {
+    return build_memory_plan(g, sig, impl_->opts.threads, impl_->model->weight_bytes, impl_->model->packed_weight_bytes);
+  });
+  MemoryPlanReport r;
+  r.key = p->key;
+  r.arena_bytes = p->arena_bytes;
+  r.tensor_bytes = p->tensor_bytes;
+  r.workspace_bytes = p->workspace_bytes;
+  r.inputs_bytes = p->inputs_bytes;
+  r.outputs_bytes = p->outputs_bytes;
+  r.weights_bytes = p->weights_bytes;
+  r.packed_weights_bytes = p->packed_weights_bytes;
+  r.peak_bytes = p->peak_bytes;
+  r.planned_tensors = p->planned_tensors;
+  r.aliased_tensors = p->aliased_tensors;
+  r.dynamic_values = p->dynamic_values;
+  return r;
 }
 
 }  // namespace basalt

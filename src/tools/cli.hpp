@@ -36,8 +36,12 @@ std::vector<std::pair<std::string, Value>> make_inputs(const Session& s, const I
 std::string summarize(const Value& v);
 
 int cmd_run(const std::vector<std::string>& args);
+int cmd_plan(const std::vector<std::string>& args);  // cli_plan.cpp
 int cmd_profile(const std::vector<std::string>& args);  // cli_profile.cpp
+int cmd_bench(const std::vector<std::string>& args);    // cli_bench.cpp
+int cmd_perf(const std::vector<std::string>& args);     // cli_perf.cpp: perf shapes | perf switch
 int cmd_inspect(const std::vector<std::string>& args);
+int cmd_optimize(const std::vector<std::string>& args);  // cli_optimize.cpp
 int cmd_conformance(const std::vector<std::string>& args, const char* argv0);
 
 }  // namespace basalt

@@ -254,6 +254,11 @@ int cmd_run(const std::vector<std::string>& args) {
     if (a == "--threads") {
       if (i + 1 >= args.size()) throw UsageError("--threads needs a value");
       opts.threads = int(parse_int_arg(a, args[++i], 1));
+    } else if (a == "--memory-limit") {
+      if (i + 1 >= args.size()) throw UsageError("--memory-limit needs a value in bytes");
+      opts.memory_limit = uint64_t(parse_int_arg(a, args[++i], 0));
+    } else if (a == "--no-arena") {
+      opts.memory_plan = false;
     } else if (a == "--output-dir") {
       if (i + 1 >= args.size()) throw UsageError("--output-dir needs a value");
       outdir = args[++i];
@@ -284,6 +289,10 @@ int cmd_run(const std::vector<std::string>& args) {
     std::printf("output %s: %s\n", session->outputs()[k].name.c_str(), summarize(outs[k]).c_str());
   std::printf("load %.2f ms, run %.2f ms, RSS after load %.1f MB, peak RSS %.1f MB\n", ms(t0, t1), ms(t2, t3),
               rss_after_load, peak_rss_mb());
+  MemoryStats mst = session->memory_stats();
+  std::printf("memory: arena %llu bytes (planned), heap fallbacks %llu, unplanned heap %llu bytes\n",
+              (unsigned long long)mst.last_run_arena_bytes, (unsigned long long)mst.heap_fallbacks,
+              (unsigned long long)mst.last_run_heap_bytes);
   if (!opts.profile_path.empty()) std::printf("profile: wrote %s\n", session->end_profiling().c_str());
   if (!outdir.empty()) {
     std::filesystem::create_directories(outdir);

@@ -21,8 +21,15 @@ static void usage(std::FILE* f) {
                "commands:\n"
                "  run MODEL [--input NAME=FILE.npy ...] [--shape NAME=1x3x224x224 ...] [--dim SYMBOL=VALUE ...]\n"
                "            [--fill NAME=zeros|const:V|int:LO,HI ...] [--threads N] [--output-dir DIR] [--profile TRACE.json]\n"
+               "            [--memory-limit BYTES] [--no-arena]\n"
+               "  plan MODEL [--shape NAME=DIMS ...] [--dim SYMBOL=VALUE ...] [--threads N] [--memory-limit BYTES] [--json]\n"
                "  profile MODEL [same input options as run] [--iters K] [--warmup W] [--threads N] [--top N] [--profile TRACE.json]\n"
+               "  bench MODEL [same input options as run] [--threads N] [--warmup W] [--iters K] [--concurrency C] [--json]\n"
+               "  perf shapes MODEL --input NAME --sizes HxW,HxW,... [--repeat R] [--threads N] [--plan-cache-entries N]\n"
+               "  perf switch --cycles K [--threads N] MODEL[:NAME=DIMS[,NAME=DIMS...]] ...\n"
                "  inspect MODEL\n"
+               "  optimize MODEL [--level none|basic|extended|all] [--standard-ops] [-o OUT.onnx] [--report] [--json]\n"
+               "            [--check [--tol T] [same input options as run]]\n"
                "  conformance PATH... [--json FILE] [--expected-failures FILE] [--filter SUBSTR]\n"
                "            [--run-expected] [--timeout SEC] [--no-fork] [--verbose]\n");
 }
@@ -40,8 +47,12 @@ int main(int argc, char** argv) {
   }
   try {
     if (cmd == "run") return cmd_run(args);
+    if (cmd == "plan") return cmd_plan(args);
     if (cmd == "profile") return cmd_profile(args);
+    if (cmd == "bench") return cmd_bench(args);
+    if (cmd == "perf") return cmd_perf(args);
     if (cmd == "inspect") return cmd_inspect(args);
+    if (cmd == "optimize") return cmd_optimize(args);
     if (cmd == "conformance") return cmd_conformance(args, argv[0]);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "basalt %s: %s\n", cmd.c_str(), e.what());

@@ -10,8 +10,10 @@ Models (OUT_DIR/<name>.onnx):
                 (IR 3 / opset 9, weights listed as graph inputs as IR 3 requires)
   mobilenet_v2  MobileNetV2 1x3x224x224 (inverted residuals, depthwise convs, Clip as ReLU6; BN folded
                 into the convs as PyTorch's exporter does), opset 13
-  bert_base     BERT encoder as PyTorch exports it at opset 17 (12 layers, hidden 768, 12 heads, ffn 3072,
+  bert_base     BERT encoder as PyTorch exports it at opset 14 (12 layers, hidden 768, 12 heads, ffn 3072,
                 vocab 30522), inputs input_ids/attention_mask/token_type_ids [batch, sequence] int64
+                LayerNorm spelled out (ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div/Mul/Add), GELU with Erf,
+                head split/merge shapes from Shape/Gather/Unsqueeze/Concat of the tensor being reshaped
   bert_mini     4 layers, hidden 256, 4 heads, ffn 1024; no token_type_ids input (zeros buffer, like HF)
   bert_mini_ext bert_mini with its weights stored as external data (bert_mini_ext.onnx.data)
   unet          small UNet, input [1, 3, height, width] (H, W multiples of 4), opset 13
@@ -269,7 +271,7 @@ def mobilenet_v2(seed=2):
 
 
 # ----------------------------------------------------------------------------------------------
-# (c) BERT encoder, spelled the way torch.onnx.export (opset 17) writes HF's BertModel
+# (c) BERT encoder, spelled the way torch.onnx.export (opset 14, dynamic axes) writes HF's BertModel
 
 
 def bert(layers, hidden, heads, ffn, vocab, seed, token_type_input=True, max_pos=512):
@@ -281,10 +283,22 @@ def bert(layers, hidden, heads, ffn, vocab, seed, token_type_input=True, max_pos
         return f32(rs.normal(0, std, shape))
 
     def ln(x, prefix):
+        # opset 14 has no LayerNormalization: torch.onnx spells it out over the last axis
         gamma = f32(1.0 + rs.normal(0, 0.05, hidden))
         beta = f32(rs.normal(0, 0.05, hidden))
-        return b.op("LayerNormalization", [x, b.init(prefix + "_gamma", gamma), b.init(prefix + "_beta", beta)],
-                    axis=-1, epsilon=1e-12)
+        mean = b.op("ReduceMean", [x], axes=[-1])
+        d = b.op("Sub", [x, mean])
+        var = b.op("ReduceMean", [b.op("Pow", [d, b.const_f("two", 2.0)])], axes=[-1])
+        std = b.op("Sqrt", [b.op("Add", [var, b.const_f("eps", 1e-12)])])
+        y = b.op("Mul", [b.op("Div", [d, std]), b.init(prefix + "_gamma", gamma)])
+        return b.op("Add", [y, b.init(prefix + "_beta", beta)])
+
+    def size_shape(x, tail):
+        # x.size()[:2] + tail, as torch.onnx writes it with dynamic axes: Shape -> Gather -> Unsqueeze -> Concat
+        s = b.op("Shape", [x])
+        dims = [b.op("Unsqueeze", [b.op("Gather", [s, b.const_i64("idx", i)], axis=0), b.const_i64("ax0", [0])])
+                for i in range(2)]
+        return b.op("Concat", dims + [b.const_i64("dim", [t]) for t in tail], axis=0)
 
     def linear(x, cin, cout, prefix, std=0.02):
         y = b.op("MatMul", [x, b.init(prefix + "_w", w(cin, cout, std=std))])
@@ -321,8 +335,6 @@ def bert(layers, hidden, heads, ffn, vocab, seed, token_type_input=True, max_pos
     inv = b.op("Sub", [b.const_f("one", 1.0), mf])
     ext = b.op("Mul", [inv, b.const_f("neg", -10000.0)])
 
-    heads_shape = b.op("Concat", [batch_1d, seq_1d, b.const_i64("hs", [heads, hd])], axis=0)
-    merged_shape = b.op("Concat", [batch_1d, seq_1d, b.const_i64("hid", [hidden])], axis=0)
     sqrt_d = b.const_f("sqrt_d", math.sqrt(hd))
     sqrt2 = b.const_f("sqrt2", math.sqrt(2.0))
     one = b.const_f("one", 1.0)
@@ -330,9 +342,12 @@ def bert(layers, hidden, heads, ffn, vocab, seed, token_type_input=True, max_pos
     for L in range(layers):
         p = f"l{L}"
         # Q/K a bit larger than BERT's init so attention is not uniform (trained heads are peaky)
-        q = b.op("Reshape", [linear(h, hidden, hidden, p + "_q", 0.04), heads_shape])
-        k = b.op("Reshape", [linear(h, hidden, hidden, p + "_k", 0.04), heads_shape])
-        v = b.op("Reshape", [linear(h, hidden, hidden, p + "_v"), heads_shape])
+        qp = linear(h, hidden, hidden, p + "_q", 0.04)
+        kp = linear(h, hidden, hidden, p + "_k", 0.04)
+        vp = linear(h, hidden, hidden, p + "_v")
+        q = b.op("Reshape", [qp, size_shape(qp, [heads, hd])])
+        k = b.op("Reshape", [kp, size_shape(kp, [heads, hd])])
+        v = b.op("Reshape", [vp, size_shape(vp, [heads, hd])])
         q = b.op("Transpose", [q], perm=[0, 2, 1, 3])
         kt = b.op("Transpose", [k], perm=[0, 2, 3, 1])
         v = b.op("Transpose", [v], perm=[0, 2, 1, 3])
@@ -342,7 +357,7 @@ def bert(layers, hidden, heads, ffn, vocab, seed, token_type_input=True, max_pos
         s = b.op("Softmax", [s], axis=-1)
         c = b.op("MatMul", [s, v])
         c = b.op("Transpose", [c], perm=[0, 2, 1, 3])
-        c = b.op("Reshape", [c, merged_shape])
+        c = b.op("Reshape", [c, size_shape(c, [hidden])])
         a = linear(c, hidden, hidden, p + "_o")
         h = ln(b.op("Add", [a, h]), p + "_attn_ln")
         f = linear(h, hidden, ffn, p + "_ffn1")
@@ -365,7 +380,7 @@ def bert(layers, hidden, heads, ffn, vocab, seed, token_type_input=True, max_pos
         ins.append(helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, ["batch", "sequence"]))
     outs = [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "sequence", hidden]),
             helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, ["batch", hidden])]
-    return b.model(ins, outs, 17, "bert", "basalt gen_models.py (pytorch-style export)")
+    return b.model(ins, outs, 14, "bert", "basalt gen_models.py (pytorch-style export)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -422,6 +437,22 @@ def save(m, path, external=False):
     os.replace(tmp, path)
 
 
+# Models whose generator changed after copies were already generated: a present file without the
+# matching stamp (NAME.onnx.gen holding this version) is regenerated. bert v2: opset 14 export
+# (spelled-out LayerNorm, per-reshape size() shapes) instead of opset 17 with LayerNormalization.
+GEN_VERSIONS = {"bert_mini": 2, "bert_mini_ext": 2, "bert_base": 2}
+
+
+def stamp_ok(path, name):
+    want = GEN_VERSIONS.get(name)
+    if want is None:
+        return True
+    try:
+        return open(path + ".gen").read().strip() == str(want)
+    except OSError:
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out_dir")
@@ -446,7 +477,7 @@ def main():
         if args.only and args.only not in name and args.only not in name.replace("light_", ""):
             continue
         path = os.path.join(args.out_dir, name + ".onnx")
-        if os.path.exists(path) and (not ext or os.path.exists(path + ".data")) and not args.force:
+        if os.path.exists(path) and (not ext or os.path.exists(path + ".data")) and stamp_ok(path, name) and not args.force:
             present += 1
             continue
         if fn is None:
@@ -454,6 +485,9 @@ def main():
             missing += 1
             continue
         save(fn(), path, external=ext)
+        if name in GEN_VERSIONS:
+            with open(path + ".gen", "w") as f:
+                f.write(f"{GEN_VERSIONS[name]}\n")
         print(f"made     {name} ({os.path.getsize(path)} B)", file=sys.stderr)
         made += 1
     print(f"{present} present, {made} generated, {missing} skipped -> {args.out_dir}", file=sys.stderr)

@@ -59,9 +59,10 @@ TEST(Profiler, RecordsEveryNodeOfConcurrentRuns) {
     EXPECT_LE(r->nodes[0].end_ns, r->end_ns);
   }
   auto phases = s->profiler()->phases();
-  ASSERT_EQ(phases.size(), 2u);
+  ASSERT_EQ(phases.size(), 3u);
   EXPECT_EQ(phases[0].name, "load");
-  EXPECT_EQ(phases[1].name, "prepare");
+  EXPECT_EQ(phases[1].name, "optimize");  // graph optimization, inside load (src/opt)
+  EXPECT_EQ(phases[2].name, "prepare");
   // No profile_path: end_profiling needs one.
   EXPECT_THROW(s->end_profiling(), Error);
 }

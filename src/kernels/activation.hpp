@@ -1,0 +1,140 @@
+// Activations fused into the store of GEMM / convolution tiles (the epilogue), with the float32
+// semantics of the ONNX ops of the same name (src/ops/activation.cpp), so that a fused node gives
+// the same numbers as the unfused pair:
+//   Relu         max(0, x), NaN passes through
+//   Clip         min(max(x, lo), hi)                      params [lo, hi]
+//   HardSigmoid  max(0, min(1, alpha * x + beta))         params [alpha, beta] (default 0.2, 0.5)
+//   HardSwish    x * max(0, min(1, x / 6 + 0.5))
+//   Sigmoid      1 / (1 + exp(-x)), computed in double like the reference op
+//   LeakyRelu    x < 0 ? alpha * x : x                    params [alpha] (default 0.01)
+//   Tanh         tanh(x), computed in double like the reference op
+//
+// Everything here has internal linkage (unnamed namespace): the header is compiled into the
+// portable, AVX2 and AVX-512 translation units with different instruction sets, and an inline
+// function with external linkage could be merged across them by the linker (an AVX-512 copy
+// called on a CPU without AVX-512).
+#pragma once
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace basalt::kernels {
+
+enum class ActKind { None, Relu, Clip, HardSigmoid, HardSwish, Sigmoid, LeakyRelu, Tanh };
+
+struct Activation {
+  ActKind kind = ActKind::None;
+  float a = 0.f, b = 0.f;  // Clip: lo, hi; HardSigmoid: alpha, beta; LeakyRelu: alpha
+};
+
+namespace {
+
+// Parses the `activation` / `activation_params` attributes of basalt::FusedConv / FusedMatMul.
+// Returns false (and sets *err) for an unknown name or a wrong number of params.
+[[maybe_unused]] bool parse_activation(const std::string& name, const std::vector<float>& params, Activation& out,
+                                       std::string* err) {
+  Activation act;
+  size_t want_min = 0, want_max = 0;
+  if (name.empty()) act.kind = ActKind::None;
+  else if (name == "Relu") act.kind = ActKind::Relu;
+  else if (name == "Clip") {
+    act.kind = ActKind::Clip;
+    act.a = -FLT_MAX;
+    act.b = FLT_MAX;
+    want_max = 2;
+  } else if (name == "HardSigmoid") {
+    act.kind = ActKind::HardSigmoid;
+    act.a = 0.2f;
+    act.b = 0.5f;
+    want_max = 2;
+  } else if (name == "HardSwish") act.kind = ActKind::HardSwish;
+  else if (name == "Sigmoid") act.kind = ActKind::Sigmoid;
+  else if (name == "LeakyRelu") {
+    act.kind = ActKind::LeakyRelu;
+    act.a = 0.01f;
+    want_max = 1;
+  } else if (name == "Tanh") act.kind = ActKind::Tanh;
+  else {
+    if (err) *err = "unknown activation '" + name + "'";
+    return false;
+  }
+  if (params.size() < want_min || params.size() > want_max) {
+    if (err) *err = "activation '" + name + "' takes at most " + std::to_string(want_max) + " params, got " + std::to_string(params.size());
+    return false;
+  }
+  if (params.size() >= 1) act.a = params[0];
+  if (params.size() >= 2) act.b = params[1];
+  out = act;
+  return true;
+}
+
+[[maybe_unused]] inline float apply_activation(const Activation& act, float v) {
+  switch (act.kind) {
+    case ActKind::None: return v;
+    case ActKind::Relu: return (std::isnan(v) || v > 0) ? v : 0.f;
+    case ActKind::Clip: return std::min(std::max(v, act.a), act.b);
+    case ActKind::HardSigmoid: return std::max(0.f, std::min(1.f, act.a * v + act.b));
+    case ActKind::HardSwish: return v * std::max(0.f, std::min(1.f, v / 6.f + 0.5f));
+    case ActKind::Sigmoid: {
+      double d = double(v);
+      if (d >= 0) return float(1.0 / (1.0 + std::exp(-d)));
+      double e = std::exp(d);
+      return float(e / (1.0 + e));
+    }
+    case ActKind::LeakyRelu: return v < 0 ? act.a * v : v;
+    case ActKind::Tanh: return float(std::tanh(double(v)));
+  }
+  return v;
+}
+
+// The epilogue over one row segment c[0..n): c = act(alpha * c + row_bias + col_bias[j] + res[j]).
+// col_bias / res may be null. Written as plain loops per activation so the compiler vectorizes
+// the cheap ones for the instruction set of the including file.
+[[maybe_unused]] inline void epilogue_row(float* c, int64_t n, float alpha, float row_bias, const float* col_bias,
+                                          const float* res, const Activation& act) {
+  if (alpha != 1.f)
+    for (int64_t j = 0; j < n; ++j) c[j] *= alpha;
+  if (row_bias != 0.f)
+    for (int64_t j = 0; j < n; ++j) c[j] += row_bias;
+  if (col_bias)
+    for (int64_t j = 0; j < n; ++j) c[j] += col_bias[j];
+  if (res)
+    for (int64_t j = 0; j < n; ++j) c[j] += res[j];
+  switch (act.kind) {
+    case ActKind::None: break;
+    case ActKind::Relu:
+      // v > 0 ? v : 0 keeps NaN only through the isnan test; written branch-free for vectorization.
+      for (int64_t j = 0; j < n; ++j) c[j] = (c[j] > 0.f || c[j] != c[j]) ? c[j] : 0.f;
+      break;
+    case ActKind::Clip: {
+      float lo = act.a, hi = act.b;
+      for (int64_t j = 0; j < n; ++j) c[j] = std::min(std::max(c[j], lo), hi);
+      break;
+    }
+    case ActKind::HardSigmoid: {
+      float al = act.a, be = act.b;
+      for (int64_t j = 0; j < n; ++j) c[j] = std::max(0.f, std::min(1.f, al * c[j] + be));
+      break;
+    }
+    case ActKind::HardSwish:
+      for (int64_t j = 0; j < n; ++j) c[j] = c[j] * std::max(0.f, std::min(1.f, c[j] / 6.f + 0.5f));
+      break;
+    case ActKind::LeakyRelu: {
+      float al = act.a;
+      for (int64_t j = 0; j < n; ++j) c[j] = c[j] < 0.f ? al * c[j] : c[j];
+      break;
+    }
+    case ActKind::Sigmoid:
+    case ActKind::Tanh:
+      for (int64_t j = 0; j < n; ++j) c[j] = apply_activation(act, c[j]);
+      break;
+  }
+}
+
+}  // namespace
+
+}  // namespace basalt::kernels

@@ -1,0 +1,70 @@
+// fp32 2-D convolution, NCHW (1-D convolutions run as 2-D with H = 1).
+//
+// - General conv (any kernel, stride, dilation, padding, groups): per image and group, the output
+//   pixels are processed in chunks of columns; each chunk's im2col is written straight into packed
+//   GEMM B panels in the workspace (so its size is bounded by conv2d_workspace_floats, not by the
+//   image), and the GEMM Y[Mg, cols] = W[Mg, Cg*KH*KW] x cols runs on weights packed at load.
+// - 1x1, stride 1, no padding: the input itself is the GEMM's B operand (no im2col).
+// - Depthwise (Cg == 1, G > 1): a direct kernel per channel, vectorized along the output width.
+// - Bias, residual (same shape as Y) and the activation are applied in the GEMM epilogue, i.e.
+//   on each tile while it is in cache.
+#pragma once
+
+#include "kernels/gemm.hpp"
+
+namespace basalt::kernels {
+
+struct Conv2dShape {
+  int64_t N = 1, C = 1, H = 1, W = 1;  // input
+  int64_t M = 1, G = 1;                // output channels, groups
+  int64_t KH = 1, KW = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int64_t pt = 0, pl = 0;  // top / left padding (bottom / right are implied by OH / OW)
+  int64_t OH = 1, OW = 1;
+  int64_t Cg() const { return C / G; }
+  int64_t Mg() const { return M / G; }
+  int64_t Kg() const { return Cg() * KH * KW; }  // GEMM K per group
+  bool is_depthwise() const { return G > 1 && Cg() == 1; }
+  bool is_pointwise() const {
+    return KH == 1 && KW == 1 && sh == 1 && sw == 1 && pt == 0 && pl == 0 && OH == H && OW == W;
+  }
+};
+
+// Weights [M, Cg, KH, KW] packed as GEMM A operands, one per group (empty for depthwise, whose
+// kernel reads W directly).
+struct PackedConvWeights {
+  const GemmArch* arch = nullptr;
+  std::vector<PackedMatrix> groups;
+  size_t bytes() const {
+    size_t b = 0;
+    for (auto& g : groups) b += g.bytes();
+    return b;
+  }
+};
+PackedConvWeights pack_conv_weights(const GemmArch& g, const Conv2dShape& s, const float* w);
+
+// Workspace floats conv2d needs (0 for depthwise). `weights_packed`: a PackedConvWeights is given.
+int64_t conv2d_workspace_floats(const GemmArch& g, const Conv2dShape& s, bool weights_packed);
+
+// y[N, M, OH, OW] = act(conv(x, w) + bias[m] + residual). bias / residual may be null. `packed`
+// may be null (the weights are then packed into the workspace on every call); when given it must
+// have been packed with the same arch. Runs on `pool` (null = inline).
+void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float* w, const PackedConvWeights* packed,
+            const float* bias, const float* residual, const Activation& act, float* y, ThreadPool* pool, float* workspace);
+
+// Depthwise (and channel-multiplier) convolution: Cg == 1. `isa` picks the compiled variant.
+void conv2d_depthwise(Isa isa, const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                      const float* residual, const Activation& act, float* y, ThreadPool* pool);
+
+// Per-ISA depthwise planes [c0, c1) of image-channel index n*M + m (defined in conv_*.cpp).
+void conv_depthwise_planes_portable(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                                    const float* residual, const Activation& act, float* y, int64_t c0, int64_t c1);
+void conv_depthwise_planes_avx2(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                                const float* residual, const Activation& act, float* y, int64_t c0, int64_t c1);
+void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                                  const float* residual, const Activation& act, float* y, int64_t c0, int64_t c1);
+
+// Reference twin: direct 7-loop convolution with double accumulation, then the epilogue.
+void conv2d_reference(const Conv2dShape& s, const float* x, const float* w, const float* bias, const float* residual,
+                      const Activation& act, float* y);
+
+}  // namespace basalt::kernels

@@ -1,0 +1,165 @@
+// Depthwise convolution for AVX-512. Strides 1 and 2 keep 16 output columns in one zmm
+// accumulator across all kernel taps (one masked load + one FMA per tap; masked lanes cover the
+// padding and the row tail and never fault); other strides use the generic loops of
+// conv_depthwise.inc, vectorized here by the compiler.
+#include "kernels/conv.hpp"
+
+#include <algorithm>
+#include <immintrin.h>
+#include <vector>
+
+namespace basalt::kernels {
+
+namespace {
+
+#define DEPTHWISE_NAME depthwise_generic_avx512
+#include "kernels/conv_depthwise.inc"
+#undef DEPTHWISE_NAME
+
+// Bits t in [0, n) (n <= 32) with 0 <= i0 + t < W.
+inline uint32_t range_mask(int64_t i0, int64_t W, int n) {
+  int64_t lo = std::max<int64_t>(0, -i0), hi = std::min<int64_t>(n, W - i0);
+  if (hi <= lo) return 0;
+  uint64_t m = ((uint64_t(1) << hi) - 1) & ~((uint64_t(1) << lo) - 1);
+  return uint32_t(m);
+}
+
+// One plane of a depthwise conv with KW and the stride known at compile time, so the taps unroll
+// and the four accumulators stay in registers. Rows in the padding read a zero row (the column
+// masks only ever admit [0, W)), which keeps the tap loops free of branches.
+template <int KW, int SW>
+void dw_plane(const Conv2dShape& s, const float* xc, const __m512* wz, const int64_t* off, const uint32_t* mask,
+              int64_t nblk, const float* zero_row, float* yc) {
+  const int64_t H = s.H, W = s.W, OW = s.OW, KH = s.KH;
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const int64_t units = s.OH * nblk;
+  for (int64_t u0 = 0; u0 < units; u0 += 4) {
+    const int cnt = int(std::min<int64_t>(4, units - u0));
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t uoh[4], ub[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      int64_t u = u0 + std::min(j, cnt - 1);  // a unit past the end repeats the last one (not stored)
+      uoh[j] = u / nblk;
+      ub[j] = u % nblk;
+    }
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      const __m512* wk = wz + kh * KW;
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        int64_t ih = uoh[j] * s.sh - s.pt + kh * s.dh;
+        const float* row = (ih >= 0 && ih < H) ? xc + ih * W : zero_row;
+        const int64_t* ob = off + ub[j] * KW;
+        const uint32_t* mb = mask + ub[j] * KW;
+#pragma GCC unroll 8
+        for (int kw = 0; kw < KW; ++kw) {
+          __m512 v;
+          if constexpr (SW == 1) {
+            v = _mm512_maskz_loadu_ps(__mmask16(mb[kw]), row + ob[kw]);
+          } else {
+            __m512 lo = _mm512_maskz_loadu_ps(__mmask16(mb[kw] & 0xFFFFu), row + ob[kw]);
+            __m512 hi = _mm512_maskz_loadu_ps(__mmask16(mb[kw] >> 16), row + ob[kw] + 16);
+            v = _mm512_permutex2var_ps(lo, even, hi);
+          }
+          acc[j] = _mm512_fmadd_ps(wk[kw], v, acc[j]);
+        }
+      }
+    }
+    for (int j = 0; j < cnt; ++j) {
+      int nv = int(std::min<int64_t>(16, OW - ub[j] * 16));
+      _mm512_mask_storeu_ps(yc + uoh[j] * OW + ub[j] * 16, __mmask16(nv == 16 ? 0xFFFFu : (1u << nv) - 1u), acc[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const float* w, const float* bias,
+                                  const float* residual, const Activation& act, float* y, int64_t c0, int64_t c1) {
+  constexpr int kMaxTaps = 49;  // up to 7x7 kernels keep their broadcast weights in an array
+  if (s.sw > 2 || s.KH * s.KW > kMaxTaps) {
+    depthwise_generic_avx512(s, x, w, bias, residual, act, y, c0, c1);
+    return;
+  }
+  const int64_t H = s.H, W = s.W, OH = s.OH, OW = s.OW, KH = s.KH, KW = s.KW, Mg = s.Mg();
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  // Per (column block, kw): the input offset of lane 0 and the lanes inside the row. They do not
+  // depend on the row or the channel, so they are computed once per call.
+  const int64_t nblk = (OW + 15) / 16;
+  std::vector<int64_t> off(static_cast<size_t>(nblk * KW));
+  std::vector<uint32_t> mask(static_cast<size_t>(nblk * KW));
+  for (int64_t b = 0; b < nblk; ++b) {
+    int nv = int(std::min<int64_t>(16, OW - b * 16));
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      int64_t iw0 = b * 16 * s.sw - s.pl + kw * s.dw;
+      size_t i = size_t(b * KW + kw);
+      off[i] = iw0;
+      mask[i] = s.sw == 1 ? range_mask(iw0, W, 16) & ((1u << nv) - 1u)
+                          : range_mask(iw0, W, 32) & uint32_t((uint64_t(1) << (2 * nv)) - 1);
+    }
+  }
+  __m512 wz[kMaxTaps];
+  const std::vector<float> zero_row(static_cast<size_t>(W), 0.f);
+  for (int64_t nc = c0; nc < c1; ++nc) {
+    int64_t n = nc / s.M, m = nc % s.M, c = m / Mg;
+    const float* xc = x + (n * s.C + c) * H * W;
+    float* yc = y + nc * OH * OW;
+    const float* wm = w + m * KH * KW;
+    for (int64_t t = 0; t < KH * KW; ++t) wz[t] = _mm512_set1_ps(wm[t]);
+    const float* rc = residual ? residual + nc * OH * OW : nullptr;
+    const float bv = bias ? bias[m] : 0.f;
+    auto plane = s.sw == 1 ? (KW == 3 ? dw_plane<3, 1> : KW == 5 ? dw_plane<5, 1> : KW == 7 ? dw_plane<7, 1> : nullptr)
+                           : (KW == 3 ? dw_plane<3, 2> : KW == 5 ? dw_plane<5, 2> : KW == 7 ? dw_plane<7, 2> : nullptr);
+    if (plane) {
+      plane(s, xc, wz, off.data(), mask.data(), nblk, zero_row.data(), yc);
+      epilogue_row(yc, OH * OW, 1.f, bv, nullptr, rc, act);
+      continue;
+    }
+    // Other kernel widths: the same scheme with KW at run time.
+    // Units of work are (output row, 16-column block) pairs, four at a time: four independent
+    // accumulators hide the FMA latency that a single chain over the taps would expose.
+    const int64_t units = OH * nblk;
+    for (int64_t u0 = 0; u0 < units; u0 += 4) {
+      const int cnt = int(std::min<int64_t>(4, units - u0));
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      int64_t uoh[4], ub[4], ukh0[4], ukh1[4];
+      for (int j = 0; j < 4; ++j) {
+        int64_t u = u0 + std::min(j, cnt - 1);
+        uoh[j] = u / nblk;
+        ub[j] = u % nblk;
+        int64_t kh0 = 0, kh1 = KH;  // taps whose input row exists
+        while (kh0 < KH && uoh[j] * s.sh - s.pt + kh0 * s.dh < 0) ++kh0;
+        while (kh1 > kh0 && uoh[j] * s.sh - s.pt + (kh1 - 1) * s.dh >= H) --kh1;
+        ukh0[j] = j < cnt ? kh0 : 0;
+        ukh1[j] = j < cnt ? kh1 : 0;  // a padding unit past the end does nothing
+      }
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        const __m512* wk = wz + kh * KW;
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          if (kh < ukh0[j] || kh >= ukh1[j]) continue;
+          const float* row = xc + (uoh[j] * s.sh - s.pt + kh * s.dh) * W;
+          const int64_t* ob = off.data() + ub[j] * KW;
+          const uint32_t* mb = mask.data() + ub[j] * KW;
+          if (s.sw == 1) {
+            for (int64_t kw = 0; kw < KW; ++kw)
+              acc[j] = _mm512_fmadd_ps(wk[kw], _mm512_maskz_loadu_ps(__mmask16(mb[kw]), row + ob[kw]), acc[j]);
+          } else {  // stride 2: load 32 inputs, keep the even ones
+            for (int64_t kw = 0; kw < KW; ++kw) {
+              __m512 lo = _mm512_maskz_loadu_ps(__mmask16(mb[kw] & 0xFFFFu), row + ob[kw]);
+              __m512 hi = _mm512_maskz_loadu_ps(__mmask16(mb[kw] >> 16), row + ob[kw] + 16);
+              acc[j] = _mm512_fmadd_ps(wk[kw], _mm512_permutex2var_ps(lo, even, hi), acc[j]);
+            }
+          }
+        }
+      }
+      for (int j = 0; j < cnt; ++j) {
+        int nv = int(std::min<int64_t>(16, OW - ub[j] * 16));
+        _mm512_mask_storeu_ps(yc + uoh[j] * OW + ub[j] * 16, __mmask16(nv == 16 ? 0xFFFFu : (1u << nv) - 1u), acc[j]);
+      }
+    }
+    epilogue_row(yc, OH * OW, 1.f, bv, nullptr, rc, act);
+  }
+}
+
+}  // namespace basalt::kernels

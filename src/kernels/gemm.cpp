@@ -1,0 +1,233 @@
+// fp32 GEMM driver, packing and the portable microkernel (see gemm.hpp for the scheme).
+#include "kernels/gemm.hpp"
+
+#include "runtime/thread_pool.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+namespace basalt::kernels {
+
+namespace {
+
+// Portable microkernel: a 4x16 tile accumulated in a local array the compiler keeps in SSE
+// registers. Also the twin the ISA kernels are tested against.
+constexpr int PMR = 4, PNR = 16;
+
+void ukernel_portable(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate) {
+  float acc[PMR][PNR] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int r = 0; r < PMR; ++r) {
+      float av = a[r];
+      for (int j = 0; j < PNR; ++j) acc[r][j] += av * b[j];
+    }
+    a += PMR;
+    b += PNR;
+  }
+  for (int r = 0; r < m; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate)
+      for (int j = 0; j < n; ++j) cr[j] += acc[r][j];
+    else
+      for (int j = 0; j < n; ++j) cr[j] = acc[r][j];
+  }
+}
+
+const GemmArch kPortable{Isa::Portable, PMR, PNR, ukernel_portable, epilogue_tile_portable};
+const GemmArch kAvx2{Isa::Avx2, 6, 16, sgemm_ukernel_avx2, epilogue_tile_avx2};
+const GemmArch kAvx512{Isa::Avx512, 6, 64, sgemm_ukernel_avx512, epilogue_tile_avx512};
+
+// K block: a B panel slice (kc x nr floats, 32 KB) stays in L1 while the A panels of a tile stream by.
+int64_t k_block(const GemmArch& g) { return std::max<int64_t>(64, 8192 / g.nr); }
+constexpr int64_t MC_ROWS = 96;   // rows of C per tile (A block of MC x KC in L2)
+constexpr int64_t NC_COLS = 256;  // columns of C per tile
+
+bool has_epilogue(const Epilogue& ep) {
+  return ep.alpha != 1.f || ep.row_bias || ep.col_bias || ep.residual || ep.act.kind != ActKind::None;
+}
+
+}  // namespace
+
+#define EPILOGUE_TILE_NAME epilogue_tile_portable
+#include "kernels/gemm_epilogue.inc"
+#undef EPILOGUE_TILE_NAME
+
+const GemmArch& gemm_arch(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return kAvx512;
+    case Isa::Avx2: return kAvx2;
+    default: return kPortable;
+  }
+}
+
+const GemmArch& gemm_arch_best() {
+  static const GemmArch& g = gemm_arch(best_isa());
+  return g;
+}
+
+void pack_a(const GemmArch& g, int64_t M, int64_t K, const float* A, int64_t lda, bool trans, float* dst, int64_t p0,
+            int64_t p1) {
+  const int mr = g.mr;
+  for (int64_t p = p0; p < p1; ++p) {
+    float* d = dst + p * K * mr;
+    int64_t r0 = p * mr;
+    int rows = int(std::min<int64_t>(mr, M - r0));
+    if (trans) {  // A stored [K, M]: each k gives mr contiguous values
+      for (int64_t k = 0; k < K; ++k) {
+        const float* s = A + k * lda + r0;
+        float* dk = d + k * mr;
+        int r = 0;
+        for (; r < rows; ++r) dk[r] = s[r];
+        for (; r < mr; ++r) dk[r] = 0.f;
+      }
+    } else {
+      for (int r = 0; r < rows; ++r) {
+        const float* s = A + (r0 + r) * lda;
+        for (int64_t k = 0; k < K; ++k) d[k * mr + r] = s[k];
+      }
+      for (int r = rows; r < mr; ++r)
+        for (int64_t k = 0; k < K; ++k) d[k * mr + r] = 0.f;
+    }
+  }
+}
+
+void pack_b(const GemmArch& g, int64_t K, int64_t N, const float* B, int64_t ldb, bool trans, float* dst, int64_t p0,
+            int64_t p1) {
+  const int nr = g.nr;
+  for (int64_t p = p0; p < p1; ++p) {
+    float* d = dst + p * K * nr;
+    int64_t c0 = p * nr;
+    int cols = int(std::min<int64_t>(nr, N - c0));
+    if (!trans) {  // B stored [K, N]: each k gives nr contiguous values
+      for (int64_t k = 0; k < K; ++k) {
+        float* dk = d + k * nr;
+        std::memcpy(dk, B + k * ldb + c0, size_t(cols) * sizeof(float));
+        for (int c = cols; c < nr; ++c) dk[c] = 0.f;
+      }
+    } else {
+      for (int c = 0; c < cols; ++c) {
+        const float* s = B + (c0 + c) * ldb;
+        for (int64_t k = 0; k < K; ++k) d[k * nr + c] = s[k];
+      }
+      for (int c = cols; c < nr; ++c)
+        for (int64_t k = 0; k < K; ++k) d[k * nr + c] = 0.f;
+    }
+  }
+}
+
+PackedMatrix pack_a_matrix(const GemmArch& g, int64_t M, int64_t K, const float* A, int64_t lda, bool trans) {
+  PackedMatrix pm;
+  pm.arch = &g;
+  pm.is_a = true;
+  pm.rows = M;
+  pm.cols = K;
+  pm.data.resize(size_t(packed_a_floats(g, M, K)));
+  pack_a(g, M, K, A, lda, trans, pm.data.data(), 0, (M + g.mr - 1) / g.mr);
+  return pm;
+}
+
+PackedMatrix pack_b_matrix(const GemmArch& g, int64_t K, int64_t N, const float* B, int64_t ldb, bool trans) {
+  PackedMatrix pm;
+  pm.arch = &g;
+  pm.is_a = false;
+  pm.rows = K;
+  pm.cols = N;
+  pm.data.resize(size_t(packed_b_floats(g, K, N)));
+  pack_b(g, K, N, B, ldb, trans, pm.data.data(), 0, (N + g.nr - 1) / g.nr);
+  return pm;
+}
+
+int64_t sgemm_workspace_floats(const GemmArch& g, int64_t M, int64_t N, int64_t K, bool a_packed, bool b_packed) {
+  int64_t n = 0;
+  if (!a_packed) n += packed_a_floats(g, M, K) + 16;
+  if (!b_packed) n += packed_b_floats(g, K, N) + 16;
+  return n;
+}
+
+void sgemm(const GemmArch& g, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, float* C,
+           int64_t ldc, const Epilogue& ep, ThreadPool* pool, float* workspace) {
+  if (M <= 0 || N <= 0) return;
+  const bool epi = has_epilogue(ep);
+  if (K <= 0) {
+    for (int64_t i = 0; i < M; ++i) std::fill(C + i * ldc, C + i * ldc + N, 0.f);
+    if (epi) g.epilogue(C, ldc, int(M), int(N), 0, 0, ep);  // m/n only index rows/cols here
+    return;
+  }
+  const int64_t mp = (M + g.mr - 1) / g.mr, np = (N + g.nr - 1) / g.nr;
+  const float* pa = A.packed;
+  const float* pb = B.packed;
+  float* w = workspace;
+  auto align16 = [](float* p) {
+    return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
+  };
+  if (!pa) {
+    float* dst = align16(w);
+    w = dst + packed_a_floats(g, M, K);
+    int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(K * g.mr, 1));
+    parallel_for(pool, mp, grain, [&](int64_t b, int64_t e) { pack_a(g, M, K, A.data, A.ld, A.trans, dst, b, e); });
+    pa = dst;
+  }
+  if (!pb) {
+    float* dst = align16(w);
+    int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(K * g.nr, 1));
+    parallel_for(pool, np, grain, [&](int64_t b, int64_t e) { pack_b(g, K, N, B.data, B.ld, B.trans, dst, b, e); });
+    pb = dst;
+  }
+
+  // Tile grid: blocks of mcp A panels x ncp B panels, shrunk until there are enough tiles to
+  // balance across the pool's threads.
+  int64_t mcp = std::min<int64_t>(mp, std::max<int64_t>(1, MC_ROWS / g.mr));
+  int64_t ncp = std::min<int64_t>(np, std::max<int64_t>(1, NC_COLS / g.nr));
+  const int threads = pool ? pool->threads() : 1;
+  auto count = [&] { return ((mp + mcp - 1) / mcp) * ((np + ncp - 1) / ncp); };
+  if (threads > 1) {
+    while (count() < 4 * threads && ncp > 1) ncp = (ncp + 1) / 2;
+    while (count() < 4 * threads && mcp > 1) mcp = (mcp + 1) / 2;
+  }
+  const int64_t tm = (mp + mcp - 1) / mcp, tn = (np + ncp - 1) / ncp;
+  // Cost of a tile in multiply-adds, to keep tiny GEMMs inline.
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(mcp * g.mr * ncp * g.nr * K, 1));
+  parallel_for(pool, tm * tn, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      int64_t bm = t % tm, bn = t / tm;
+      int64_t pm0 = bm * mcp, pm1 = std::min(mp, pm0 + mcp);
+      int64_t pn0 = bn * ncp, pn1 = std::min(np, pn0 + ncp);
+      const int64_t KC = k_block(g);
+      for (int64_t k0 = 0; k0 < K; k0 += KC) {
+        int64_t kc = std::min(KC, K - k0);
+        bool acc = k0 > 0, last = k0 + kc >= K;
+        for (int64_t pn = pn0; pn < pn1; ++pn) {
+          const float* bp = pb + pn * K * g.nr + k0 * g.nr;
+          int n = int(std::min<int64_t>(g.nr, N - pn * g.nr));
+          for (int64_t pm = pm0; pm < pm1; ++pm) {
+            const float* ap = pa + pm * K * g.mr + k0 * g.mr;
+            int m = int(std::min<int64_t>(g.mr, M - pm * g.mr));
+            float* c = C + pm * g.mr * ldc + pn * g.nr;
+            g.ukernel(kc, ap, bp, c, ldc, m, n, acc);
+            if (last && epi) g.epilogue(c, ldc, m, n, pm * g.mr, pn * g.nr, ep);
+          }
+        }
+      }
+    }
+  });
+}
+
+void sgemm_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B, int64_t ldb,
+                     bool tb, float* C, int64_t ldc, const Epilogue& ep) {
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        double a = ta ? A[k * lda + i] : A[i * lda + k];
+        double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+        s += a * b;
+      }
+      C[i * ldc + j] = float(s);
+    }
+    epilogue_row(C + i * ldc, N, ep.alpha, ep.row_bias ? ep.row_bias[i] : 0.f, ep.col_bias,
+                 ep.residual ? ep.residual + i * ep.ldr : nullptr, ep.act);
+  }
+}
+
+}  // namespace basalt::kernels

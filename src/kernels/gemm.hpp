@@ -1,0 +1,117 @@
+// fp32 GEMM: C[M,N] = epilogue(op(A)[M,K] * op(B)[K,N]), row-major with leading dimensions.
+//
+// Structure (the classic Goto/BLIS scheme, shape-agnostic, no per-shape code generation):
+// - A is packed into panels of `mr` rows: panel p holds op(A)[p*mr + r, k] at [p*K*mr + k*mr + r]
+//   (rows past M are zero). B is packed into panels of `nr` columns: panel q holds op(B)[k, q*nr + c]
+//   at [q*K*nr + k*nr + c] (columns past N are zero). Any K range of a panel is contiguous, so one
+//   packing serves every K blocking.
+// - A register-blocked microkernel per ISA computes an mr x nr tile of C from one A panel and one
+//   B panel over a K block (AVX-512: 6x64 in 24 zmm accumulators; AVX2: 6x16; portable: 4x16).
+// - The driver tiles C into blocks handed out dynamically by parallel_for, loops K in blocks of
+//   kc (the B panel slice stays in L1, the A block in L2), and applies the epilogue to each tile
+//   right after its last K block, while the tile is still in cache.
+// - A constant operand (weights) is packed once at load (pack_a / pack_b into a PackedMatrix);
+//   the other is packed per call into caller-provided workspace.
+//
+// Every ISA's path computes the same sums in the same K order up to FMA contraction, so results
+// differ between ISAs only by rounding (tests compare against the portable twin with a tolerance
+// relative to sum |a*b|).
+#pragma once
+
+#include "kernels/activation.hpp"
+#include "kernels/cpu.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace basalt {
+class ThreadPool;
+}
+
+namespace basalt::kernels {
+
+// What is done to each element of C after the product: c = act(alpha * c + row_bias[i] +
+// col_bias[j] + residual[i*ldr + j]). Null pointers are skipped. Indices are global (row i of
+// C, column j of C).
+struct Epilogue {
+  float alpha = 1.f;
+  const float* row_bias = nullptr;
+  const float* col_bias = nullptr;
+  const float* residual = nullptr;
+  int64_t ldr = 0;
+  Activation act;
+};
+
+// One ISA's microkernel and its tile geometry.
+struct GemmArch {
+  Isa isa;
+  int mr, nr;  // tile rows (A panel height) and columns (B panel width)
+  // C[0..m) x [0..n) (m <= mr, n <= nr, row stride ldc) = (accumulate ? C : 0) +
+  //   sum_{k < kc} a[k*mr + i] * b[k*nr + j]
+  void (*ukernel)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate);
+  // Applies `ep` to the m x n tile at c, whose element (0,0) is C's (row0, col0).
+  void (*epilogue)(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);
+};
+
+// The microkernel set of `isa`. The caller must only pick ISAs the CPU supports (best_isa() and
+// below); Portable is always available.
+const GemmArch& gemm_arch(Isa isa);
+// gemm_arch(best_isa()).
+const GemmArch& gemm_arch_best();
+
+// Packed panel sizes in floats.
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+inline int64_t packed_a_floats(const GemmArch& g, int64_t M, int64_t K) { return round_up(M, g.mr) * K; }
+inline int64_t packed_b_floats(const GemmArch& g, int64_t K, int64_t N) { return K * round_up(N, g.nr); }
+
+// Packs op(A) (trans: A is stored [K, M] with leading dim lda) / op(B) (trans: B stored [N, K]).
+// Panels [p0, p1) only, so callers can split packing across threads.
+void pack_a(const GemmArch& g, int64_t M, int64_t K, const float* A, int64_t lda, bool trans, float* dst, int64_t p0,
+            int64_t p1);
+void pack_b(const GemmArch& g, int64_t K, int64_t N, const float* B, int64_t ldb, bool trans, float* dst, int64_t p0,
+            int64_t p1);
+
+// A matrix packed once (weights). `arch` records the geometry it was packed for.
+struct PackedMatrix {
+  const GemmArch* arch = nullptr;
+  bool is_a = true;  // packed as the left operand (mr panels) or the right one (nr panels)
+  int64_t rows = 0, cols = 0;  // op(X) dims: [M, K] for A, [K, N] for B
+  std::vector<float, std::allocator<float>> data;
+  size_t bytes() const { return data.size() * sizeof(float); }
+};
+PackedMatrix pack_a_matrix(const GemmArch& g, int64_t M, int64_t K, const float* A, int64_t lda, bool trans);
+PackedMatrix pack_b_matrix(const GemmArch& g, int64_t K, int64_t N, const float* B, int64_t ldb, bool trans);
+
+// An operand of sgemm: either packed already (packed != null, in the arch's layout) or a plain
+// row-major matrix (data, ld, trans) that sgemm packs into the workspace.
+struct GemmOperand {
+  const float* data = nullptr;
+  int64_t ld = 0;
+  bool trans = false;
+  const float* packed = nullptr;
+};
+
+// Workspace floats sgemm needs for these operands (0 when both are packed).
+int64_t sgemm_workspace_floats(const GemmArch& g, int64_t M, int64_t N, int64_t K, bool a_packed, bool b_packed);
+
+// C[M,N] (row stride ldc) = epilogue(op(A) * op(B)). Runs on `pool` (null = inline). `workspace`
+// must hold sgemm_workspace_floats(...) floats (64-byte alignment preferred). K == 0 gives
+// epilogue(0).
+void sgemm(const GemmArch& g, int64_t M, int64_t N, int64_t K, const GemmOperand& A, const GemmOperand& B, float* C,
+           int64_t ldc, const Epilogue& ep, ThreadPool* pool, float* workspace);
+
+// The portable reference: plain triple loop with double accumulation, then the epilogue. For
+// differential tests only.
+void sgemm_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, bool ta, const float* B, int64_t ldb,
+                     bool tb, float* C, int64_t ldc, const Epilogue& ep);
+
+// Microkernels per ISA (defined in gemm_avx512.cpp / gemm_avx2.cpp; call only on CPUs that have them).
+void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate);
+void sgemm_ukernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate);
+// Epilogue over an m x n tile, compiled per ISA so the activations vectorize.
+void epilogue_tile_portable(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);
+void epilogue_tile_avx512(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);
+void epilogue_tile_avx2(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);
+
+}  // namespace basalt::kernels

@@ -1,0 +1,30 @@
+// The optimizer's passes (src/opt/optimizer.cpp lists them in order, with their levels).
+// Each rewrites ctx.graph (one graph: the main graph or a subgraph; optimizer.cpp calls it once
+// per graph) following the conventions of opt/graph_util.hpp, counts what it applied with
+// ctx.applied(pattern) and says why a candidate was left alone with ctx.reject(...).
+#pragma once
+
+#include "opt/graph_util.hpp"
+
+namespace basalt {
+
+// ---- Basic (standard ops only): passes_basic.cpp
+void remove_identity(PassContext& ctx);        // Identity, inference Dropout
+void fold_constants(PassContext& ctx);         // constant inputs -> initializer; Shape/Size of static shapes
+void fold_reshape_chains(PassContext& ctx);    // Reshape/Squeeze/Unsqueeze/Flatten chains -> one Reshape
+void remove_dead_nodes(PassContext& ctx);      // nodes whose outputs nobody reads
+// fuse_conv.cpp
+void fuse_conv_bn(PassContext& ctx);           // Conv + BatchNormalization -> Conv (weights folded)
+
+// ---- Extended (basalt-domain ops): fuse_conv.cpp
+void fuse_conv_activation(PassContext& ctx);   // Conv (+ residual Add) + activation -> basalt::FusedConv
+void fuse_gemm_activation(PassContext& ctx);   // Gemm + activation -> basalt::FusedMatMul
+
+// ---- Extended, transformer patterns: fuse_transformer.cpp (the "fusions" pass file)
+void fuse_layernorm(PassContext& ctx);
+void fuse_gelu(PassContext& ctx);
+void fuse_attention(PassContext& ctx);
+void fuse_matmul_add(PassContext& ctx);
+void fold_transpose_into_matmul(PassContext& ctx);
+
+}  // namespace basalt

@@ -1,0 +1,875 @@
+#include "runtime/shape_infer.hpp"
+
+#include "ops/kernel.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <unordered_map>
+
+namespace basalt {
+
+// The same bound Tensor allocation enforces (core/tensor.cpp): larger is certainly a bogus shape.
+static constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 40;
+
+uint64_t InferredValue::bytes() const { return uint64_t(shape_numel(shape)) * dtype_size(dtype); }
+
+namespace {
+
+using In = std::vector<const InferredValue*>;  // null = omitted input
+using Out = std::vector<InferredValue>;
+// Fills `out` (one entry per node output) and returns true, or returns false when the shapes
+// cannot be known without the data.
+using ShapeFn = std::function<bool(const Node&, const In&, Out&)>;
+
+bool has(const In& in, size_t i) { return i < in.size() && in[i] && in[i]->known(); }
+bool has_value(const In& in, size_t i) { return has(in, i) && in[i]->value.defined(); }
+
+void set(Out& out, size_t i, DType dt, Shape s) {
+  if (i >= out.size()) return;
+  out[i].state = InferredValue::State::Known;
+  out[i].dtype = dt;
+  out[i].shape = std::move(s);
+}
+
+bool ints(const In& in, size_t i, std::vector<int64_t>& r) {
+  if (!has_value(in, i)) return false;
+  r = in[i]->value.to_int64_vector();
+  return true;
+}
+
+int64_t norm_axis(int64_t a, int64_t rank) { return a < 0 ? a + rank : a; }
+
+// r may be a or b.
+bool broadcast2(const Shape& a, const Shape& b, Shape& r) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n, 1);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1) return false;
+    out[i] = da == 1 ? db : da;
+  }
+  r = std::move(out);
+  return true;
+}
+
+// Output dtype rules that differ from "same as input 0".
+bool same_shape(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  set(out, 0, in[0]->dtype, in[0]->shape);
+  return true;
+}
+
+bool broadcast_all(const Node& n, const In& in, Out& out, DType dt, size_t first = 0) {
+  Shape r;
+  bool any = false;
+  for (size_t i = first; i < in.size(); ++i) {
+    if (!in[i]) continue;
+    if (!in[i]->known()) return false;
+    if (!any) {
+      r = in[i]->shape;
+      any = true;
+    } else if (!broadcast2(r, in[i]->shape, r)) {
+      return false;
+    }
+  }
+  if (!any) return false;
+  set(out, 0, dt, r);
+  return true;
+}
+
+// Spatial output size of a sliding window (Conv, pools).
+bool window_dims(const Node& n, const Shape& x, const std::vector<int64_t>& kernel, bool ceil_mode, Shape& r) {
+  size_t sp = kernel.size();
+  if (x.size() != sp + 2) return false;
+  auto strides = n.attr_ints("strides", std::vector<int64_t>(sp, 1));
+  auto dil = n.attr_ints("dilations", std::vector<int64_t>(sp, 1));
+  auto pads = n.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  std::string ap = n.attr_string("auto_pad", "NOTSET");
+  if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp) return false;
+  for (size_t i = 0; i < sp; ++i) {
+    int64_t in = x[i + 2], s = strides[i], ek = (kernel[i] - 1) * dil[i] + 1;
+    if (s <= 0 || kernel[i] <= 0) return false;
+    int64_t o;
+    if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+      o = (in + s - 1) / s;
+    } else if (ap == "VALID") {
+      if (in < ek) return false;
+      o = (in - ek) / s + 1;
+    } else {
+      int64_t span = in + pads[i] + pads[i + sp] - ek;
+      if (span < 0) return false;
+      o = ceil_mode ? (span + s - 1) / s + 1 : span / s + 1;
+      // ONNX: the last window must start inside the input or its left padding.
+      if (ceil_mode && (o - 1) * s >= in + pads[i]) --o;
+    }
+    r[i + 2] = o;
+  }
+  return true;
+}
+
+bool conv(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || !has(in, 1)) return false;
+  const Shape& x = in[0]->shape;
+  const Shape& w = in[1]->shape;
+  if (x.size() < 3 || w.size() != x.size()) return false;
+  std::vector<int64_t> k(w.begin() + 2, w.end());
+  k = n.attr_ints("kernel_shape", k);
+  Shape r = x;
+  r[1] = w[0];
+  if (!window_dims(n, x, k, false, r)) return false;
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool conv_transpose(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || !has(in, 1)) return false;
+  const Shape& x = in[0]->shape;
+  const Shape& w = in[1]->shape;
+  if (x.size() < 3 || w.size() != x.size()) return false;
+  size_t sp = x.size() - 2;
+  std::vector<int64_t> k(w.begin() + 2, w.end());
+  k = n.attr_ints("kernel_shape", k);
+  auto strides = n.attr_ints("strides", std::vector<int64_t>(sp, 1));
+  auto dil = n.attr_ints("dilations", std::vector<int64_t>(sp, 1));
+  auto pads = n.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
+  auto opad = n.attr_ints("output_padding", std::vector<int64_t>(sp, 0));
+  auto oshape = n.attr_ints("output_shape", {});
+  std::string ap = n.attr_string("auto_pad", "NOTSET");
+  if (k.size() != sp || strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp || opad.size() != sp) return false;
+  Shape r = x;
+  r[1] = w[1] * n.attr_int("group", 1);
+  for (size_t i = 0; i < sp; ++i) {
+    if (!oshape.empty()) {
+      if (oshape.size() != sp) return false;
+      r[i + 2] = oshape[i];
+    } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+      r[i + 2] = x[i + 2] * strides[i];
+    } else {
+      r[i + 2] = strides[i] * (x[i + 2] - 1) + opad[i] + (k[i] - 1) * dil[i] + 1 - pads[i] - pads[i + sp];
+    }
+    if (r[i + 2] < 0) return false;
+  }
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool pool(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  auto k = n.attr_ints("kernel_shape", {});
+  Shape r = in[0]->shape;
+  if (!window_dims(n, in[0]->shape, k, n.attr_int("ceil_mode", 0) != 0, r)) return false;
+  set(out, 0, in[0]->dtype, r);
+  set(out, 1, DType::Int64, r);  // MaxPool indices
+  return true;
+}
+
+bool global_pool(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || in[0]->shape.size() < 2) return false;
+  Shape r = in[0]->shape;
+  for (size_t i = 2; i < r.size(); ++i) r[i] = 1;
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool matmul_shapes(Shape a, Shape b, bool ta, bool tb, Shape& r) {
+  if (a.empty() || b.empty()) return false;
+  bool a1 = a.size() == 1, b1 = b.size() == 1;
+  if (a1) a.insert(a.begin(), 1);
+  if (b1) b.push_back(1);
+  if (ta) std::swap(a[a.size() - 1], a[a.size() - 2]);
+  if (tb) std::swap(b[b.size() - 1], b[b.size() - 2]);
+  if (a.back() != b[b.size() - 2]) return false;
+  Shape ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+  if (!broadcast2(ba, bb, r)) return false;
+  if (!a1) r.push_back(a[a.size() - 2]);
+  if (!b1) r.push_back(b.back());
+  return true;
+}
+
+bool matmul(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || !has(in, 1)) return false;
+  Shape r;
+  bool ta = n.attr_int("transA", 0) != 0, tb = n.attr_int("transB", 0) != 0;
+  if (!matmul_shapes(in[0]->shape, in[1]->shape, ta, tb, r)) return false;
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool gemm(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || !has(in, 1) || in[0]->shape.size() != 2 || in[1]->shape.size() != 2) return false;
+  const Shape &a = in[0]->shape, &b = in[1]->shape;
+  int64_t m = n.attr_int("transA", 0) ? a[1] : a[0];
+  int64_t nn = n.attr_int("transB", 0) ? b[0] : b[1];
+  set(out, 0, in[0]->dtype, {m, nn});
+  return true;
+}
+
+bool reshape(const Node& n, const In& in, Out& out) {
+  std::vector<int64_t> s;
+  if (!has(in, 0)) return false;
+  if (n.opset < 5) s = n.attr_ints("shape", {});
+  else if (!ints(in, 1, s)) return false;
+  bool allowzero = n.attr_int("allowzero", 0) != 0;
+  const Shape& x = in[0]->shape;
+  Shape r(s.size());
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      if (infer >= 0) return false;
+      infer = int(i);
+      continue;
+    }
+    r[i] = (s[i] == 0 && !allowzero) ? (i < x.size() ? x[i] : -1) : s[i];
+    if (r[i] < 0) return false;
+    known *= r[i];
+  }
+  int64_t total = shape_numel(x);
+  if (infer >= 0) {
+    if (known == 0 || total % known) return false;
+    r[size_t(infer)] = total / known;
+  } else if (known != total) {
+    return false;
+  }
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool flatten(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  int64_t ax = norm_axis(n.attr_int("axis", 1), int64_t(x.size()));
+  if (ax < 0 || ax > int64_t(x.size())) return false;
+  int64_t a = 1, b = 1;
+  for (size_t i = 0; i < x.size(); ++i) (int64_t(i) < ax ? a : b) *= x[i];
+  set(out, 0, in[0]->dtype, {a, b});
+  return true;
+}
+
+bool transpose(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> p(x.size());
+  for (size_t i = 0; i < p.size(); ++i) p[i] = int64_t(p.size() - 1 - i);
+  p = n.attr_ints("perm", p);
+  if (p.size() != x.size()) return false;
+  Shape r(x.size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (p[i] < 0 || p[i] >= int64_t(x.size())) return false;
+    r[i] = x[size_t(p[i])];
+  }
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool concat(const Node& n, const In& in, Out& out) {
+  Shape r;
+  bool first = true;
+  DType dt = DType::Undefined;
+  int64_t ax = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i]) continue;
+    if (!in[i]->known()) return false;
+    const Shape& s = in[i]->shape;
+    if (first) {
+      r = s;
+      dt = in[i]->dtype;
+      ax = norm_axis(n.attr_int("axis"), int64_t(s.size()));
+      if (ax < 0 || ax >= int64_t(s.size())) return false;
+      first = false;
+    } else {
+      if (s.size() != r.size()) return false;
+      r[size_t(ax)] += s[size_t(ax)];
+    }
+  }
+  if (first) return false;
+  set(out, 0, dt, r);
+  return true;
+}
+
+bool split(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  int64_t ax = norm_axis(n.attr_int("axis", 0), int64_t(x.size()));
+  if (ax < 0 || ax >= int64_t(x.size())) return false;
+  std::vector<int64_t> parts;
+  if (n.opset >= 13 && in.size() > 1 && in[1]) {
+    if (!ints(in, 1, parts)) return false;
+  } else if (n.opset < 13) {
+    parts = n.attr_ints("split", {});
+  }
+  size_t k = n.outputs.size();
+  int64_t d = x[size_t(ax)];
+  if (parts.empty()) {
+    int64_t no = n.attr_int("num_outputs", int64_t(k));
+    if (no <= 0) return false;
+    int64_t chunk = (d + no - 1) / no;
+    for (size_t i = 0; i < k; ++i) parts.push_back(std::max<int64_t>(0, std::min(chunk, d - int64_t(i) * chunk)));
+  }
+  if (parts.size() != k) return false;
+  for (size_t i = 0; i < k; ++i) {
+    Shape r = x;
+    r[size_t(ax)] = parts[i];
+    set(out, i, in[0]->dtype, r);
+  }
+  return true;
+}
+
+bool slice(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (n.opset < 10) {
+    starts = n.attr_ints("starts");
+    ends = n.attr_ints("ends");
+    axes = n.attr_ints("axes", {});
+  } else {
+    if (!ints(in, 1, starts) || !ints(in, 2, ends)) return false;
+    if (in.size() > 3 && in[3] && !ints(in, 3, axes)) return false;
+    if (in.size() > 4 && in[4] && !ints(in, 4, steps)) return false;
+  }
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size()) return false;
+  Shape r = x;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    int64_t a = norm_axis(axes[i], int64_t(x.size()));
+    if (a < 0 || a >= int64_t(x.size()) || steps[i] == 0) return false;
+    int64_t d = x[size_t(a)], st = steps[i];
+    // ONNX Slice: negative indices count from the end; clamp to [0, d] going forward and to
+    // [-1, d-1] going backward.
+    auto clampi = [&](int64_t v) {
+      if (v < 0) v += d;
+      if (st > 0) return std::clamp<int64_t>(v, 0, d);
+      return std::clamp<int64_t>(v, -1, d - 1);
+    };
+    int64_t b = clampi(starts[i]), e = clampi(ends[i]);
+    int64_t len = st > 0 ? (e - b + st - 1) / st : (b - e - st - 1) / -st;
+    r[size_t(a)] = std::max<int64_t>(0, len);
+  }
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool squeeze(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> axes;
+  if (n.opset >= 13) {
+    if (in.size() > 1 && in[1] && !ints(in, 1, axes)) return false;
+  } else {
+    axes = n.attr_ints("axes", {});
+  }
+  std::vector<bool> drop(x.size(), false);
+  if (axes.empty()) {
+    for (size_t i = 0; i < x.size(); ++i) drop[i] = x[i] == 1;
+  } else {
+    for (int64_t a : axes) {
+      a = norm_axis(a, int64_t(x.size()));
+      if (a < 0 || a >= int64_t(x.size()) || x[size_t(a)] != 1) return false;
+      drop[size_t(a)] = true;
+    }
+  }
+  Shape r;
+  for (size_t i = 0; i < x.size(); ++i)
+    if (!drop[i]) r.push_back(x[i]);
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool unsqueeze(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> axes;
+  if (n.opset >= 13) {
+    if (!ints(in, 1, axes)) return false;
+  } else {
+    axes = n.attr_ints("axes", {});
+  }
+  int64_t rank = int64_t(x.size() + axes.size());
+  std::vector<bool> ins(size_t(rank), false);
+  for (int64_t a : axes) {
+    a = norm_axis(a, rank);
+    if (a < 0 || a >= rank || ins[size_t(a)]) return false;
+    ins[size_t(a)] = true;
+  }
+  Shape r;
+  size_t k = 0;
+  for (int64_t i = 0; i < rank; ++i) r.push_back(ins[size_t(i)] ? 1 : x[k++]);
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool gather(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || !has(in, 1)) return false;
+  const Shape& x = in[0]->shape;
+  int64_t ax = norm_axis(n.attr_int("axis", 0), int64_t(x.size()));
+  if (ax < 0 || ax >= int64_t(x.size())) return false;
+  Shape r(x.begin(), x.begin() + ax);
+  r.insert(r.end(), in[1]->shape.begin(), in[1]->shape.end());
+  r.insert(r.end(), x.begin() + ax + 1, x.end());
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool resize(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> sizes;
+  std::vector<double> scales;
+  size_t si = n.op_type == "Upsample" || n.opset < 11 ? 1 : 2;
+  if (n.op_type == "Upsample" && n.opset < 9) {
+    for (float f : n.attr_floats("scales")) scales.push_back(f);
+  } else {
+    if (si == 2 && in.size() > 3 && in[3] && has_value(in, 3) && in[3]->value.numel() > 0) {
+      ints(in, 3, sizes);
+    } else if (has_value(in, si) && in[si]->value.numel() > 0) {
+      const Tensor& t = in[si]->value;
+      for (int64_t i = 0; i < t.numel(); ++i) scales.push_back(t.get_double(i));
+    } else {
+      return false;
+    }
+  }
+  auto axes = n.attr_ints("axes", {});
+  if (axes.empty())
+    for (size_t i = 0; i < x.size(); ++i) axes.push_back(int64_t(i));
+  std::string policy = n.attr_string("keep_aspect_ratio_policy", "stretch");
+  if (!sizes.empty() && policy != "stretch") return false;
+  size_t cnt = sizes.empty() ? scales.size() : sizes.size();
+  if (cnt != axes.size()) return false;
+  Shape r = x;
+  for (size_t i = 0; i < cnt; ++i) {
+    int64_t a = norm_axis(axes[i], int64_t(x.size()));
+    if (a < 0 || a >= int64_t(x.size())) return false;
+    r[size_t(a)] = sizes.empty() ? int64_t(double(x[size_t(a)]) * scales[i]) : sizes[i];
+  }
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool pad(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> pads, axes;
+  if (n.opset < 11) pads = n.attr_ints("pads");
+  else if (!ints(in, 1, pads)) return false;
+  if (in.size() > 3 && in[3] && !ints(in, 3, axes)) return false;
+  if (axes.empty())
+    for (size_t i = 0; i < x.size(); ++i) axes.push_back(int64_t(i));
+  if (pads.size() != 2 * axes.size()) return false;
+  Shape r = x;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = norm_axis(axes[i], int64_t(x.size()));
+    if (a < 0 || a >= int64_t(x.size())) return false;
+    r[size_t(a)] += pads[i] + pads[i + axes.size()];
+    if (r[size_t(a)] < 0) return false;
+  }
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool expand(const Node& n, const In& in, Out& out) {
+  std::vector<int64_t> s;
+  if (!has(in, 0) || !ints(in, 1, s)) return false;
+  Shape r;
+  if (!broadcast2(in[0]->shape, s, r)) return false;
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool tile(const Node& n, const In& in, Out& out) {
+  std::vector<int64_t> rep;
+  if (!has(in, 0) || !ints(in, 1, rep) || rep.size() != in[0]->shape.size()) return false;
+  Shape r = in[0]->shape;
+  for (size_t i = 0; i < r.size(); ++i) r[i] *= rep[i];
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+bool reduce(const Node& n, const In& in, Out& out, DType dt) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  std::vector<int64_t> axes;
+  bool axes_input = (n.op_type == "ReduceSum" && n.opset >= 13) || n.opset >= 18;
+  if (axes_input) {
+    if (in.size() > 1 && in[1] && !ints(in, 1, axes)) return false;
+  } else {
+    axes = n.attr_ints("axes", {});
+  }
+  bool keep = n.attr_int("keepdims", 1) != 0;
+  if (axes.empty() && axes_input && n.attr_int("noop_with_empty_axes", 0)) {
+    set(out, 0, dt, x);
+    return true;
+  }
+  std::vector<bool> red(x.size(), axes.empty());
+  for (int64_t a : axes) {
+    a = norm_axis(a, int64_t(x.size()));
+    if (a < 0 || a >= int64_t(x.size())) return false;
+    red[size_t(a)] = true;
+  }
+  Shape r;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!red[i]) r.push_back(x[i]);
+    else if (keep) r.push_back(1);
+  }
+  set(out, 0, dt, r);
+  return true;
+}
+
+bool argreduce(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  Shape r = in[0]->shape;
+  int64_t a = norm_axis(n.attr_int("axis", 0), int64_t(r.size()));
+  if (a < 0 || a >= int64_t(r.size())) return false;
+  if (n.attr_int("keepdims", 1)) r[size_t(a)] = 1;
+  else r.erase(r.begin() + a);
+  set(out, 0, DType::Int64, r);
+  return true;
+}
+
+bool shape_op(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  int64_t rank = int64_t(x.size());
+  int64_t s = n.attr_int("start", 0), e = n.attr_int("end", rank);
+  s = std::clamp<int64_t>(s < 0 ? s + rank : s, 0, rank);
+  e = std::clamp<int64_t>(e < 0 ? e + rank : e, 0, rank);
+  std::vector<int64_t> v;
+  for (int64_t i = s; i < e; ++i) v.push_back(x[size_t(i)]);
+  set(out, 0, DType::Int64, {int64_t(v.size())});
+  out[0].value = Tensor(DType::Int64, {int64_t(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) out[0].value.data<int64_t>()[i] = v[i];
+  return true;
+}
+
+bool size_op(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  set(out, 0, DType::Int64, {});
+  out[0].value = Tensor::scalar<int64_t>(shape_numel(in[0]->shape));
+  return true;
+}
+
+bool constant_of_shape(const Node& n, const In& in, Out& out) {
+  std::vector<int64_t> s;
+  if (!ints(in, 0, s)) return false;
+  DType dt = n.has_attr("value") ? n.attr_tensor("value").dtype() : DType::Float;
+  set(out, 0, dt, s);
+  return true;
+}
+
+bool rnn(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || in[0]->shape.size() != 3) return false;
+  const Shape& x = in[0]->shape;
+  bool batch_first = n.attr_int("layout", 0) != 0;
+  int64_t seq = batch_first ? x[1] : x[0], batch = batch_first ? x[0] : x[1];
+  int64_t hid = n.attr_int("hidden_size");
+  int64_t dirs = n.attr_string("direction", "forward") == "bidirectional" ? 2 : 1;
+  DType dt = in[0]->dtype;
+  set(out, 0, dt, batch_first ? Shape{batch, seq, dirs, hid} : Shape{seq, dirs, batch, hid});
+  Shape h = batch_first ? Shape{batch, dirs, hid} : Shape{dirs, batch, hid};
+  set(out, 1, dt, h);
+  set(out, 2, dt, h);
+  return true;
+}
+
+bool layer_norm(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  const Shape& x = in[0]->shape;
+  set(out, 0, in[0]->dtype, x);
+  int64_t ax = norm_axis(n.attr_int("axis", -1), int64_t(x.size()));
+  if (ax < 0 || ax > int64_t(x.size())) return false;
+  Shape st = x;
+  for (size_t i = size_t(ax); i < st.size(); ++i) st[i] = 1;
+  set(out, 1, DType::Float, st);
+  set(out, 2, DType::Float, st);
+  return true;
+}
+
+bool batch_norm(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0)) return false;
+  set(out, 0, in[0]->dtype, in[0]->shape);
+  if (out.size() > 1 && in[0]->shape.size() >= 2) {
+    for (size_t i = 1; i < out.size(); ++i) set(out, i, in[0]->dtype, {in[0]->shape[1]});
+  }
+  return true;
+}
+
+bool space_depth(const Node& n, const In& in, Out& out, bool to_space) {
+  if (!has(in, 0) || in[0]->shape.size() != 4) return false;
+  Shape r = in[0]->shape;
+  int64_t b = n.attr_int("blocksize");
+  if (b <= 0) return false;
+  if (to_space) {
+    r[1] /= b * b;
+    r[2] *= b;
+    r[3] *= b;
+  } else {
+    r[1] *= b * b;
+    r[2] /= b;
+    r[3] /= b;
+  }
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
+const std::unordered_map<std::string, ShapeFn>& table() {
+  static const std::unordered_map<std::string, ShapeFn> t = [] {
+    std::unordered_map<std::string, ShapeFn> m;
+    for (const char* op :
+         {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Abs", "Neg", "Clip", "HardSigmoid", "HardSwish",
+          "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "Softplus", "Softsign", "Mish", "Identity", "Reciprocal", "Floor",
+          "Ceil", "Round", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
+          "Softmax", "LogSoftmax", "Hardmax", "LRN", "InstanceNormalization", "GroupNormalization", "Sign", "CumSum",
+          "ThresholdedRelu", "Shrink", "Trilu", "Not", "BitwiseNot", "MeanVarianceNormalization", "QuickGelu",
+          "FastGelu", "BiasGelu", "SkipLayerNormalization", "SimplifiedLayerNormalization", "LpNormalization",
+          "Dropout", "ReverseSequence", "Scatter", "ScatterElements", "ScatterND"})
+      m[op] = same_shape;
+    m["Dropout"] = [](const Node& n, const In& in, Out& out) {
+      if (!same_shape(n, in, out)) return false;
+      set(out, 1, DType::Bool, in[0]->shape);
+      return true;
+    };
+    for (const char* op : {"IsNaN", "IsInf"})
+      m[op] = [](const Node& n, const In& in, Out& out) {
+        if (!has(in, 0)) return false;
+        set(out, 0, DType::Bool, in[0]->shape);
+        return true;
+      };
+    for (const char* op : {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Mod", "BitShift", "PRelu",
+                           "BitwiseAnd", "BitwiseOr", "BitwiseXor"})
+      m[op] = [](const Node& n, const In& in, Out& out) {
+        return has(in, 0) && broadcast_all(n, in, out, in[0]->dtype);
+      };
+    for (const char* op : {"And", "Or", "Xor", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+      m[op] = [](const Node& n, const In& in, Out& out) { return broadcast_all(n, in, out, DType::Bool); };
+    m["Where"] = [](const Node& n, const In& in, Out& out) {
+      return has(in, 1) && broadcast_all(n, in, out, in[1]->dtype);
+    };
+    m["Cast"] = [](const Node& n, const In& in, Out& out) {
+      if (!has(in, 0)) return false;
+      set(out, 0, DType(n.attr_int("to")), in[0]->shape);
+      return true;
+    };
+    m["CastLike"] = [](const Node& n, const In& in, Out& out) {
+      if (!has(in, 0) || !has(in, 1)) return false;
+      set(out, 0, in[1]->dtype, in[0]->shape);
+      return true;
+    };
+    m["Conv"] = conv;
+    m["FusedConv"] = conv;
+    m["ConvInteger"] = conv;
+    m["ConvTranspose"] = conv_transpose;
+    for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) m[op] = pool;
+    for (const char* op : {"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"}) m[op] = global_pool;
+    m["MatMul"] = matmul;
+    m["FusedMatMul"] = matmul;
+    m["MatMulInteger"] = [](const Node& n, const In& in, Out& out) {
+      if (!matmul(n, in, out)) return false;
+      out[0].dtype = DType::Int32;
+      return true;
+    };
+    m["Gemm"] = gemm;
+    m["FusedGemm"] = gemm;
+    m["Reshape"] = reshape;
+    m["Flatten"] = flatten;
+    m["Transpose"] = transpose;
+    m["Concat"] = concat;
+    m["Split"] = split;
+    m["Slice"] = slice;
+    m["Squeeze"] = squeeze;
+    m["Unsqueeze"] = unsqueeze;
+    m["Gather"] = gather;
+    m["GatherElements"] = [](const Node& n, const In& in, Out& out) {
+      if (!has(in, 0) || !has(in, 1)) return false;
+      set(out, 0, in[0]->dtype, in[1]->shape);
+      return true;
+    };
+    m["Resize"] = resize;
+    m["Upsample"] = resize;
+    m["Pad"] = pad;
+    m["Expand"] = expand;
+    m["Tile"] = tile;
+    for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+      m[op] = [](const Node& n, const In& in, Out& out) { return has(in, 0) && reduce(n, in, out, in[0]->dtype); };
+    m["ArgMax"] = argreduce;
+    m["ArgMin"] = argreduce;
+    m["Shape"] = shape_op;
+    m["Size"] = size_op;
+    m["ConstantOfShape"] = constant_of_shape;
+    // basalt::Attention: Q, K, V [B, S, heads*D] -> [B, Sq, heads*Dv]. ai.onnx Attention (23):
+    // the same for 3-D inputs with equal head counts, [B, Hq, Sq, Dv] for 4-D ones; only the
+    // first output (the others, present key/value and scores, become dynamic).
+    m["Attention"] = [](const Node& n, const In& in, Out& out) {
+      if (!has(in, 0) || !has(in, 2)) return false;
+      const Shape &q = in[0]->shape, &v = in[2]->shape;
+      if (q.size() == 3 && v.size() == 3) {
+        if (n.domain != "basalt" && n.attr_int("q_num_heads", 0) != n.attr_int("kv_num_heads", 0)) return false;
+        set(out, 0, in[0]->dtype, {q[0], q[1], v[2]});
+        return true;
+      }
+      if (q.size() == 4 && v.size() == 4) {
+        set(out, 0, in[0]->dtype, {q[0], q[1], q[2], v[3]});
+        return true;
+      }
+      return false;
+    };
+    m["Range"] = [](const Node& n, const In& in, Out& out) {
+      if (!has_value(in, 0) || !has_value(in, 1) || !has_value(in, 2)) return false;
+      double st = in[0]->value.get_double(0), lim = in[1]->value.get_double(0), d = in[2]->value.get_double(0);
+      if (d == 0) return false;
+      double cnt = std::ceil((lim - st) / d);
+      if (!(cnt < 9e18)) return false;
+      set(out, 0, in[0]->dtype, {std::max<int64_t>(0, int64_t(cnt))});
+      return true;
+    };
+    m["LSTM"] = rnn;
+    m["GRU"] = rnn;
+    m["RNN"] = rnn;
+    m["LayerNormalization"] = layer_norm;
+    m["BatchNormalization"] = batch_norm;
+    m["DepthToSpace"] = [](const Node& n, const In& in, Out& out) { return space_depth(n, in, out, true); };
+    m["SpaceToDepth"] = [](const Node& n, const In& in, Out& out) { return space_depth(n, in, out, false); };
+    m["QuantizeLinear"] = [](const Node& n, const In& in, Out& out) {
+      if (!has(in, 0)) return false;
+      DType dt = has(in, 2) ? in[2]->dtype : DType(n.attr_int("output_dtype", int64_t(DType::Uint8)));
+      if (dt == DType::Undefined) dt = DType::Uint8;
+      set(out, 0, dt, in[0]->shape);
+      return true;
+    };
+    m["DequantizeLinear"] = [](const Node& n, const In& in, Out& out) {
+      if (!has(in, 0) || !has(in, 1)) return false;
+      set(out, 0, in[1]->dtype, in[0]->shape);
+      return true;
+    };
+    return m;
+  }();
+  return t;
+}
+
+// Runs the node's kernel on known inputs. Returns false (outputs stay unknown) when it fails:
+// the real run will then report the error itself.
+bool propagate_values(const Node& n, const In& in, Out& out) {
+  if (!n.kernel) return false;
+  std::vector<Value> vals(in.size());
+  std::vector<const Value*> ptrs(in.size(), nullptr);
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i]) continue;
+    vals[i] = Value(in[i]->value);
+    ptrs[i] = &vals[i];
+  }
+  std::vector<Value> outs(n.outputs.size());
+  RunContext rc;  // no pool, no arena: plan-time values live on the heap
+  KernelContext ctx(n, ptrs, outs, {}, rc);
+  try {
+    n.kernel->compute(ctx);
+  } catch (const std::exception&) {
+    return false;
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (n.outputs[i] < 0) continue;
+    if (!outs[i].is_tensor()) return false;
+    set(out, i, outs[i].tensor.dtype(), outs[i].tensor.shape());
+    out[i].value = outs[i].tensor;
+  }
+  return true;
+}
+
+bool has_subgraph(const Node& n) {
+  for (auto& a : n.attrs)
+    if (a.g || !a.graphs.empty()) return true;
+  return false;
+}
+
+}  // namespace
+
+bool has_shape_function(const std::string& op_type) { return table().count(op_type) != 0; }
+
+std::vector<InferredValue> infer_shapes(const Graph& g, std::span<const std::pair<DType, Shape>> inputs) {
+  std::vector<InferredValue> vals(g.values.size());
+  for (int c : g.constants) {
+    auto& v = vals[size_t(c)];
+    v.state = InferredValue::State::Known;
+    v.value = g.values[size_t(c)].initializer;
+    v.dtype = v.value.dtype();
+    v.shape = v.value.shape();
+  }
+  for (size_t i = 0; i < g.inputs.size() && i < inputs.size(); ++i) {
+    const auto& [dt, s] = inputs[i];
+    if (!s.empty() && s[0] < 0) continue;  // omitted: the initializer default (already Known), if any
+    auto& v = vals[size_t(g.inputs[i])];
+    v = InferredValue();
+    v.state = InferredValue::State::Known;
+    v.dtype = dt;
+    v.shape = s;
+  }
+  Out out;
+  In in;
+  for (const Node& n : g.nodes) {
+    in.assign(n.inputs.size(), nullptr);
+    bool all_values = true, any_dynamic = false;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      if (n.inputs[k] < 0) continue;
+      const InferredValue& iv = vals[size_t(n.inputs[k])];
+      in[k] = &iv;
+      if (!iv.known()) any_dynamic = true;
+      if (!iv.value.defined() || iv.value.numel() > kMaxPropagatedElements) all_values = false;
+    }
+    out.assign(n.outputs.size(), InferredValue());
+    bool ok = false;
+    if (!any_dynamic && !has_subgraph(n) && n.implicit_inputs.empty()) {
+      auto it = table().find(n.op_type);
+      if (it != table().end()) {
+        try {
+          ok = it->second(n, in, out);
+        } catch (const Error&) {
+          ok = false;  // a bad attribute: the kernel reports it at run time
+        }
+      }
+      // Values are computed only when the outputs are known to be small (a shape function said
+      // so) or the op has no shape function to ask.
+      bool small = true;
+      if (ok)
+        for (auto& o : out)
+          if (o.known() && shape_numel(o.shape) > kMaxPropagatedElements) small = false;
+      if (all_values && small && !(ok && out.size() == 1 && out[0].value.defined())) {
+        Out vals_out(n.outputs.size());
+        if (propagate_values(n, in, vals_out)) {
+          out = std::move(vals_out);
+          ok = true;
+        }
+      }
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k] < 0) continue;
+      InferredValue& o = out[k];
+      if (!ok || !o.known()) {
+        o = InferredValue();
+        o.state = InferredValue::State::Dynamic;
+      } else {
+        uint64_t elems = 1;
+        for (int64_t d : o.shape) {
+          if (d < 0) {
+            o = InferredValue();
+            o.state = InferredValue::State::Dynamic;
+            break;
+          }
+          if (d != 0 && elems > kMaxTensorBytes / uint64_t(d))
+            n.fail(ErrorCode::MemoryLimit, "output " + std::to_string(k) + " would have shape " + shape_str(o.shape) +
+                                               ": more than 1 TiB");
+          elems *= uint64_t(d);
+        }
+        if (o.known() && elems * dtype_size(o.dtype) > kMaxTensorBytes)
+          n.fail(ErrorCode::MemoryLimit, "output " + std::to_string(k) + " would have shape " + shape_str(o.shape) +
+                                             " and type " + dtype_name(o.dtype) + ": more than 1 TiB");
+      }
+      vals[size_t(n.outputs[k])] = std::move(o);
+    }
+  }
+  return vals;
+}
+
+}  // namespace basalt

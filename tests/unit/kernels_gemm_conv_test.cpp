@@ -1,0 +1,451 @@
+// Differential tests of the fast fp32 GEMM and convolution kernels (src/kernels/gemm.hpp,
+// conv.hpp): every ISA path this CPU supports against the portable reference twins, on odd sizes
+// (vector and tile tails), K blocking, transposes, every epilogue and 1, 2 and 3 threads; then
+// the ops built on them (Conv, basalt::FusedConv, MatMul, basalt::FusedMatMul, Gemm), with and
+// without weights packed at load, against naive loops.
+#include "op_tester.hpp"
+
+#include "kernels/conv.hpp"
+#include "ops/common.hpp"
+#include "kernels/gemm.hpp"
+#include "runtime/thread_pool.hpp"
+
+#include <basalt/error.hpp>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+using namespace basalt;
+using namespace basalt::test;
+namespace k = basalt::kernels;
+
+namespace {
+
+std::vector<float> rnd(int64_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<k::Isa> isas() {
+  std::vector<k::Isa> v = {k::Isa::Portable};
+  if (k::best_isa() >= k::Isa::Avx2) v.push_back(k::Isa::Avx2);
+  if (k::best_isa() >= k::Isa::Avx512) v.push_back(k::Isa::Avx512);
+  return v;
+}
+
+std::vector<k::Activation> activations() {
+  std::vector<k::Activation> v;
+  const char* names[] = {"", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sigmoid", "LeakyRelu", "Tanh"};
+  for (const char* n : names) {
+    k::Activation a;
+    std::vector<float> params;
+    if (std::string(n) == "Clip") params = {-0.5f, 0.75f};
+    if (std::string(n) == "LeakyRelu") params = {0.1f};
+    EXPECT_TRUE(k::parse_activation(n, params, a, nullptr)) << n;
+    v.push_back(a);
+  }
+  return v;
+}
+
+// |got - want| within a tolerance relative to the sum of |a*b| terms behind each element.
+void expect_close(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& absum,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    float tol = 2e-5f * (absum[i] + 1.f);
+    ASSERT_NEAR(got[i], want[i], tol) << what << " at " << i;
+  }
+}
+
+std::vector<std::unique_ptr<ThreadPool>> pools() {
+  std::vector<std::unique_ptr<ThreadPool>> v;
+  v.push_back(nullptr);
+  v.push_back(std::make_unique<ThreadPool>(2, 0));
+  v.push_back(std::make_unique<ThreadPool>(3, 0));
+  return v;
+}
+
+}  // namespace
+
+TEST(KernelsGemm, EveryIsaMatchesReferenceOnOddShapes) {
+  std::mt19937 rng(7);
+  const int64_t sizes[] = {1, 2, 3, 7, 15, 17, 31, 33, 63, 65, 127};
+  auto acts = activations();
+  auto ps = pools();
+  int cases = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    int64_t M = sizes[rng() % 11], N = sizes[rng() % 11], K = sizes[rng() % 11];
+    if (iter % 10 == 0) K = 300 + int64_t(rng() % 300);  // crosses the K block (128 to 512)
+    if (iter % 15 == 1) N = 130 + int64_t(rng() % 200);
+    bool ta = rng() % 2, tb = rng() % 2;
+    auto A = rnd(M * K, rng), B = rnd(K * N, rng), rb = rnd(M, rng), cb = rnd(N, rng), res = rnd(M * N, rng);
+    int64_t lda = ta ? M : K, ldb = tb ? K : N;
+    k::Epilogue ep;
+    ep.alpha = iter % 3 == 0 ? 0.5f : 1.f;
+    if (iter % 2) ep.row_bias = rb.data();
+    if (iter % 4 < 2) ep.col_bias = cb.data();
+    if (iter % 5 == 0) {
+      ep.residual = res.data();
+      ep.ldr = N;
+    }
+    ep.act = acts[size_t(iter) % acts.size()];
+    // reference and |a*b| sums
+    std::vector<float> want(static_cast<size_t>(M * N)), absum(static_cast<size_t>(M * N));
+    k::sgemm_reference(M, N, K, A.data(), lda, ta, B.data(), ldb, tb, want.data(), N, ep);
+    {
+      std::vector<float> aa(A.size()), bb(B.size());
+      for (size_t i = 0; i < A.size(); ++i) aa[i] = std::fabs(A[i]);
+      for (size_t i = 0; i < B.size(); ++i) bb[i] = std::fabs(B[i]);
+      k::sgemm_reference(M, N, K, aa.data(), lda, ta, bb.data(), ldb, tb, absum.data(), N, k::Epilogue{});
+    }
+    for (k::Isa isa : isas()) {
+      const k::GemmArch& g = k::gemm_arch(isa);
+      for (auto& pool : ps) {
+        for (int packed = 0; packed < 3; ++packed) {  // 0: both per call, 1: A packed, 2: B packed
+          k::PackedMatrix pa, pb;
+          k::GemmOperand oa{A.data(), lda, ta, nullptr}, ob{B.data(), ldb, tb, nullptr};
+          if (packed == 1) {
+            pa = k::pack_a_matrix(g, M, K, A.data(), lda, ta);
+            oa.packed = pa.data.data();
+          }
+          if (packed == 2) {
+            pb = k::pack_b_matrix(g, K, N, B.data(), ldb, tb);
+            ob.packed = pb.data.data();
+          }
+          std::vector<float> ws(static_cast<size_t>(k::sgemm_workspace_floats(g, M, N, K, packed == 1, packed == 2)) + 16);
+          std::vector<float> got(static_cast<size_t>(M * N), std::nanf(""));
+          k::sgemm(g, M, N, K, oa, ob, got.data(), N, ep, pool.get(), ws.data());
+          expect_close(got, want, absum,
+                       std::string(k::isa_name(isa)) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" +
+                           std::to_string(K) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb) +
+                           " threads=" + std::to_string(pool ? pool->threads() : 1) + " packed=" + std::to_string(packed));
+          if (HasFatalFailure()) return;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
+TEST(KernelsGemm, WritesOnlyItsTileAndHandlesKZero) {
+  // C with a leading dimension wider than N: the columns past N (sentinels) must stay untouched.
+  std::mt19937 rng(3);
+  for (k::Isa isa : isas()) {
+    const k::GemmArch& g = k::gemm_arch(isa);
+    int64_t M = 13, N = 37, K = 19, ldc = 45;
+    auto A = rnd(M * K, rng), B = rnd(K * N, rng);
+    std::vector<float> C(static_cast<size_t>(M * ldc), 123.f), ws(static_cast<size_t>(k::sgemm_workspace_floats(g, M, N, K, false, false)) + 16);
+    k::sgemm(g, M, N, K, {A.data(), K, false, nullptr}, {B.data(), N, false, nullptr}, C.data(), ldc, k::Epilogue{},
+             nullptr, ws.data());
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(C[size_t(i * ldc + j)], 123.f) << k::isa_name(isa);
+    // K == 0: the product is 0, so C = epilogue(0) = act(bias).
+    std::vector<float> bias = {1.f, -2.f, 3.f};
+    k::Epilogue ep;
+    ep.row_bias = bias.data();
+    k::parse_activation("Relu", {}, ep.act, nullptr);
+    std::vector<float> c0(6, 9.f);
+    k::sgemm(g, 3, 2, 0, {A.data(), 1, false, nullptr}, {B.data(), 2, false, nullptr}, c0.data(), 2, ep, nullptr, nullptr);
+    EXPECT_EQ(c0, (std::vector<float>{1.f, 1.f, 0.f, 0.f, 3.f, 3.f})) << k::isa_name(isa);
+  }
+}
+
+TEST(KernelsGemm, ActivationParsing) {
+  k::Activation a;
+  std::string err;
+  EXPECT_FALSE(k::parse_activation("Gelu", {}, a, &err));
+  EXPECT_NE(err.find("Gelu"), std::string::npos);
+  EXPECT_FALSE(k::parse_activation("Relu", {1.f}, a, &err));
+  ASSERT_TRUE(k::parse_activation("Clip", {0.f, 6.f}, a, &err));
+  EXPECT_EQ(k::apply_activation(a, 7.f), 6.f);
+  EXPECT_EQ(k::apply_activation(a, -1.f), 0.f);
+  ASSERT_TRUE(k::parse_activation("HardSigmoid", {}, a, &err));  // ONNX defaults 0.2, 0.5
+  EXPECT_FLOAT_EQ(k::apply_activation(a, 1.f), 0.7f);
+  ASSERT_TRUE(k::parse_activation("Relu", {}, a, &err));
+  EXPECT_TRUE(std::isnan(k::apply_activation(a, std::nanf(""))));
+}
+
+namespace {
+
+struct ConvCase {
+  int64_t N, C, H, W, M, G, KH, KW, sh, sw, dh, dw, pt, pl, pb, pr;
+};
+
+k::Conv2dShape conv_shape(const ConvCase& c) {
+  k::Conv2dShape s;
+  s.N = c.N, s.C = c.C, s.H = c.H, s.W = c.W, s.M = c.M, s.G = c.G, s.KH = c.KH, s.KW = c.KW;
+  s.sh = c.sh, s.sw = c.sw, s.dh = c.dh, s.dw = c.dw, s.pt = c.pt, s.pl = c.pl;
+  s.OH = (c.H + c.pt + c.pb - (c.KH - 1) * c.dh - 1) / c.sh + 1;
+  s.OW = (c.W + c.pl + c.pr - (c.KW - 1) * c.dw - 1) / c.sw + 1;
+  return s;
+}
+
+}  // namespace
+
+TEST(KernelsConv, EveryIsaMatchesReference) {
+  std::vector<ConvCase> cases = {
+      {1, 3, 9, 11, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},       // 3x3 pad 1
+      {2, 7, 10, 13, 17, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},     // 1x1 direct, N=2
+      {1, 3, 23, 21, 8, 1, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3},      // 7x7 stride 2 (stem)
+      {1, 8, 12, 9, 12, 4, 3, 3, 1, 2, 2, 1, 2, 1, 0, 2},      // groups, mixed strides/dilations, asymmetric pads
+      {1, 16, 15, 17, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   // depthwise 3x3
+      {2, 6, 14, 11, 12, 6, 5, 5, 2, 2, 1, 1, 2, 2, 2, 2},     // depthwise x2 multiplier, stride 2
+      {1, 5, 9, 9, 7, 1, 3, 3, 1, 1, 3, 2, 0, 1, 2, 0},        // dilation
+      {1, 33, 8, 70, 65, 1, 3, 1, 1, 1, 1, 1, 1, 0, 1, 0},     // non-square kernel, N tails
+      {1, 64, 6, 6, 70, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},      // K = 576 crosses the K block
+      {1, 4, 1, 50, 6, 1, 1, 5, 1, 3, 1, 1, 0, 2, 0, 2},       // 1-D as H = 1, stride 3
+      {1, 9, 40, 40, 4, 1, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0},      // strided 1x1 (not pointwise)
+      {1, 5, 9, 45, 5, 5, 3, 3, 2, 2, 2, 2, 2, 2, 1, 2},       // depthwise, stride 2 + dilation 2, 3 column blocks
+      {1, 4, 8, 37, 4, 4, 3, 3, 1, 3, 1, 1, 1, 1, 1, 1},       // depthwise, stride 3 (generic loops)
+      {1, 3, 5, 33, 3, 3, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3},       // depthwise 7x7, padding wider than the row tail
+  };
+  std::mt19937 rng(11);
+  auto acts = activations();
+  auto ps = pools();
+  int idx = 0;
+  for (const ConvCase& c : cases) {
+    k::Conv2dShape s = conv_shape(c);
+    auto x = rnd(s.N * s.C * s.H * s.W, rng), w = rnd(s.M * s.Cg() * s.KH * s.KW, rng), b = rnd(s.M, rng);
+    int64_t ysz = s.N * s.M * s.OH * s.OW;
+    auto res = rnd(ysz, rng);
+    k::Activation act = acts[size_t(idx) % acts.size()];
+    const float* bias = idx % 2 ? b.data() : nullptr;
+    const float* resid = idx % 3 == 0 ? res.data() : nullptr;
+    std::vector<float> want(static_cast<size_t>(ysz)), absum(static_cast<size_t>(ysz));
+    k::conv2d_reference(s, x.data(), w.data(), bias, resid, act, want.data());
+    {
+      std::vector<float> xa(x.size()), wa(w.size());
+      for (size_t i = 0; i < x.size(); ++i) xa[i] = std::fabs(x[i]);
+      for (size_t i = 0; i < w.size(); ++i) wa[i] = std::fabs(w[i]);
+      k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
+    }
+    for (k::Isa isa : isas()) {
+      const k::GemmArch& g = k::gemm_arch(isa);
+      k::PackedConvWeights pw = k::pack_conv_weights(g, s, w.data());
+      for (auto& pool : ps)
+        for (int packed = 0; packed < 2; ++packed) {
+          std::vector<float> ws(static_cast<size_t>(k::conv2d_workspace_floats(g, s, packed)) + 16);
+          std::vector<float> got(static_cast<size_t>(ysz), std::nanf(""));
+          k::conv2d(g, s, x.data(), w.data(), packed ? &pw : nullptr, bias, resid, act, got.data(), pool.get(), ws.data());
+          expect_close(got, want, absum,
+                       "case " + std::to_string(idx) + " " + k::isa_name(isa) + " threads=" +
+                           std::to_string(pool ? pool->threads() : 1) + " packed=" + std::to_string(packed));
+          if (HasFatalFailure()) return;
+        }
+    }
+    ++idx;
+  }
+}
+
+// ---------------------------------------------------------------- ops
+
+namespace {
+
+// Runs a node like run_op, but first calls prepare() with the inputs flagged constant (so the
+// weight-packing paths run) and gives it a pool of `threads` threads.
+Tensor run_prepared(const std::string& op, int opset, std::vector<Value> inputs, std::vector<Attribute> attrs,
+                    std::vector<bool> constant, int threads, const std::string& domain = "") {
+  Node n;
+  n.name = "t";
+  n.op_type = op;
+  n.domain = domain;
+  n.opset = opset;
+  n.attrs = std::move(attrs);
+  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
+  n.outputs.push_back(100);
+  const KernelFactory* f = OpRegistry::instance().find(domain, op, opset);
+  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
+  n.kernel = (*f)(n);
+  std::vector<const Tensor*> consts(inputs.size(), nullptr);
+  for (size_t i = 0; i < inputs.size() && i < constant.size(); ++i)
+    if (constant[i] && !inputs[i].is_none()) consts[i] = &inputs[i].tensor;
+  PrepareContext pc{n, consts, threads};
+  n.kernel->prepare(pc);
+  std::vector<const Value*> ins;
+  for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
+  std::vector<Value> outs(1);
+  ThreadPool pool(threads, 0);
+  RunContext rc;
+  rc.threads = threads;
+  rc.pool = &pool;
+  KernelContext ctx(n, ins, outs, {}, rc);
+  n.kernel->compute(ctx);
+  return outs[0].tensor;
+}
+
+Tensor rand_tensor(Shape s, std::mt19937& rng) {
+  Tensor t(DType::Float, s);
+  auto v = rnd(t.numel(), rng);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+void expect_tensors_close(const Tensor& a, const Tensor& b, float tol, const std::string& what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_NEAR(a.data<float>()[i], b.data<float>()[i], tol) << what << " at " << i;
+}
+
+// Naive batched matmul with transposes on the last two dims and numpy broadcasting (ranks >= 2).
+Tensor naive_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb, float alpha, const float* bias, const k::Activation& act) {
+  int ra = a.rank(), rb = b.rank();
+  int64_t M = ta ? a.dim(-1) : a.dim(-2), K = ta ? a.dim(-2) : a.dim(-1), N = tb ? b.dim(-2) : b.dim(-1);
+  Shape ab(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  size_t r = std::max(ab.size(), bb.size());
+  while (ab.size() < r) ab.insert(ab.begin(), 1);
+  while (bb.size() < r) bb.insert(bb.begin(), 1);
+  Shape ob(r);
+  for (size_t i = 0; i < r; ++i) ob[i] = std::max(ab[i], bb[i]);
+  Shape ys = ob;
+  ys.push_back(M);
+  ys.push_back(N);
+  Tensor y(DType::Float, ys);
+  int64_t nb = shape_numel(ob);
+  (void)ra;
+  (void)rb;
+  for (int64_t t = 0; t < nb; ++t) {
+    int64_t rem = t, ia = 0, ib = 0, sa = 1, sb = 1;
+    for (size_t d = r; d-- > 0;) {
+      int64_t idx = rem % ob[d];
+      rem /= ob[d];
+      ia += (ab[d] == 1 ? 0 : idx) * sa;
+      ib += (bb[d] == 1 ? 0 : idx) * sb;
+      sa *= ab[d];
+      sb *= bb[d];
+    }
+    const float* pa = a.data<float>() + ia * M * K;
+    const float* pb = b.data<float>() + ib * K * N;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t kk = 0; kk < K; ++kk)
+          s += double(ta ? pa[kk * M + i] : pa[i * K + kk]) * double(tb ? pb[j * K + kk] : pb[kk * N + j]);
+        float v = float(alpha * s) + (bias ? bias[j] : 0.f);
+        y.data<float>()[(t * M + i) * N + j] = k::apply_activation(act, v);
+      }
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST(KernelsOps, MatMulPackedAndBatchedMatchNaive) {
+  std::mt19937 rng(5);
+  struct Case {
+    Shape a, b;
+  };
+  std::vector<Case> cases = {
+      {{2, 17, 33}, {33, 65}},         // folded rows, constant B packed
+      {{3, 1, 7, 31}, {2, 31, 15}},    // broadcast batch
+      {{12, 5, 16}, {12, 16, 9}},      // many small items (parallel over the batch)
+      {{1, 1}, {1, 70}},
+  };
+  for (int threads : {1, 2, 3})
+    for (auto& c : cases)
+      for (bool cb : {false, true}) {
+        Tensor a = rand_tensor(c.a, rng), b = rand_tensor(c.b, rng);
+        Tensor y = run_prepared("MatMul", 13, {a, b}, {}, {false, cb}, threads);
+        expect_tensors_close(y, naive_matmul(a, b, false, false, 1.f, nullptr, k::Activation{}), 1e-4f,
+                             "MatMul " + shape_str(c.a) + "x" + shape_str(c.b) + " threads=" + std::to_string(threads));
+      }
+  // 1-D operands
+  Tensor v = rand_tensor({7}, rng), m = rand_tensor({7, 5}, rng), m2 = rand_tensor({3, 4, 7}, rng);
+  Tensor y1 = run_prepared("MatMul", 13, {v, m}, {}, {false, true}, 2);
+  ASSERT_EQ(y1.shape(), (Shape{5}));
+  expect_tensors_close(y1.reshaped({1, 5}), naive_matmul(v.reshaped({1, 7}), m, false, false, 1.f, nullptr, k::Activation{}), 1e-4f, "1-D A");
+  Tensor y2 = run_prepared("MatMul", 13, {m2, v}, {}, {false, true}, 2);
+  ASSERT_EQ(y2.shape(), (Shape{3, 4}));
+  expect_tensors_close(y2.reshaped({3, 4, 1}), naive_matmul(m2, v.reshaped({7, 1}), false, false, 1.f, nullptr, k::Activation{}), 1e-4f,
+                       "1-D B");
+}
+
+TEST(KernelsOps, FusedMatMulMatchesNaive) {
+  std::mt19937 rng(9);
+  auto acts = activations();
+  const char* names[] = {"", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sigmoid", "LeakyRelu", "Tanh"};
+  int i = 0;
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (bool cb : {false, true}) {
+        int64_t M = 19, K = 23, N = 35;
+        Tensor a = rand_tensor(ta ? Shape{2, K, M} : Shape{2, M, K}, rng);
+        Tensor b = rand_tensor(tb ? Shape{N, K} : Shape{K, N}, rng);
+        Tensor bias = rand_tensor({N}, rng);
+        size_t ai = size_t(i++) % acts.size();
+        std::vector<float> params;
+        if (ai == 2) params = {-0.5f, 0.75f};
+        if (ai == 6) params = {0.1f};
+        Tensor y = run_prepared("FusedMatMul", 1, {a, b, bias},
+                                {attr("transA", ta), attr("transB", tb), attr("alpha", 0.75f), attr("activation", names[ai]),
+                                 attr("activation_params", Floats(params))},
+                                {false, cb, true}, 2, "basalt");
+        expect_tensors_close(y, naive_matmul(a, b, ta, tb, 0.75f, bias.data<float>(), acts[ai]), 1e-4f,
+                             std::string("FusedMatMul ") + names[ai] + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+      }
+  EXPECT_THROW(run_op("FusedMatMul", 1, {rand_tensor({2, 2}, rng), rand_tensor({2, 2}, rng)}, {attr("activation", "Swish")}, 1,
+                      "basalt"),
+               Error);
+}
+
+TEST(KernelsOps, GemmBroadcastCAndPackedB) {
+  std::mt19937 rng(13);
+  int64_t M = 9, K = 37, N = 70;
+  std::vector<Shape> cshapes = {{}, {1}, {N}, {1, N}, {M, 1}, {M, N}};
+  for (int ta = 0; ta < 2; ++ta)
+    for (int tb = 0; tb < 2; ++tb)
+      for (auto& cs : cshapes) {
+        Tensor a = rand_tensor(ta ? Shape{K, M} : Shape{M, K}, rng), b = rand_tensor(tb ? Shape{N, K} : Shape{K, N}, rng);
+        Tensor c = rand_tensor(cs, rng);
+        float alpha = 1.5f, beta = cs.size() == 2 && cs[0] == M && cs[1] == N ? 1.f : -0.5f;
+        Tensor y = run_prepared("Gemm", 13, {a, b, c},
+                                {attr("transA", ta), attr("transB", tb), attr("alpha", alpha), attr("beta", beta)},
+                                {false, true, true}, 2);
+        Tensor want = naive_matmul(a, b, ta, tb, alpha, nullptr, k::Activation{});
+        auto st = broadcast_strides(cs, {M, N});
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) want.data<float>()[i * N + j] += beta * c.data<float>()[i * st[0] + j * st[1]];
+        expect_tensors_close(y, want, 1e-4f, "Gemm C=" + shape_str(cs) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+      }
+  EXPECT_THROW(run_op("Gemm", 13, {rand_tensor({3, 4}, rng), rand_tensor({4, 5}, rng), rand_tensor({2, 5}, rng)}), Error);
+}
+
+TEST(KernelsOps, FusedConvMatchesConvPlusActivation) {
+  std::mt19937 rng(17);
+  auto acts = activations();
+  const char* names[] = {"", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sigmoid", "LeakyRelu", "Tanh"};
+  struct Case {
+    int64_t C, M, H, W, K, G, s, p;
+  };
+  std::vector<Case> cases = {{3, 8, 13, 11, 3, 1, 1, 1}, {16, 16, 9, 10, 3, 16, 2, 1}, {12, 24, 7, 7, 1, 1, 1, 0}, {8, 6, 10, 9, 5, 2, 2, 2}};
+  int i = 0;
+  for (auto& c : cases)
+    for (int threads : {1, 3}) {
+      Tensor x = rand_tensor({2, c.C, c.H, c.W}, rng), w = rand_tensor({c.M, c.C / c.G, c.K, c.K}, rng), b = rand_tensor({c.M}, rng);
+      std::vector<Attribute> at = {attr("group", c.G), attr("strides", Ints{c.s, c.s}), attr("pads", Ints{c.p, c.p, c.p, c.p})};
+      Tensor conv = run_op("Conv", 11, {x, w, b}, at)[0].tensor;
+      Tensor z = rand_tensor(conv.shape(), rng);
+      size_t ai = size_t(i++) % acts.size();
+      std::vector<float> params;
+      if (ai == 2) params = {-0.5f, 0.75f};
+      if (ai == 6) params = {0.1f};
+      auto fat = at;
+      fat.push_back(attr("activation", names[ai]));
+      fat.push_back(attr("activation_params", Floats(params)));
+      Tensor y = run_prepared("FusedConv", 1, {x, w, b, z}, fat, {false, true, true}, threads, "basalt");
+      Tensor want = conv.clone();
+      for (int64_t e = 0; e < want.numel(); ++e)
+        want.data<float>()[e] = k::apply_activation(acts[ai], want.data<float>()[e] + z.data<float>()[e]);
+      expect_tensors_close(y, want, 1e-4f, std::string("FusedConv ") + names[ai]);
+      // Without prepare (weights packed per call) and with prepare agree with plain Conv.
+      Tensor y2 = run_prepared("Conv", 11, {x, w, b}, at, {false, true, true}, threads);
+      expect_tensors_close(y2, conv, 1e-5f, "Conv packed");
+    }
+  Tensor x = rand_tensor({1, 2, 5, 5}, rng), w = rand_tensor({3, 2, 3, 3}, rng);
+  EXPECT_THROW(run_op("FusedConv", 1, {x, w}, {attr("activation", "Mish")}, 1, "basalt"), Error);
+  // residual of the wrong shape
+  EXPECT_THROW(run_op("FusedConv", 1, {x, w, Value(), rand_tensor({1, 3, 2, 2}, rng)}, {}, 1, "basalt"), Error);
+}

@@ -1,0 +1,456 @@
+// Differential tests of the fast non-GEMM kernels (issue 5):
+// - row kernels: every ISA's table (kernels/eltwise.hpp) against the portable twin and libm,
+//   on odd lengths (vector tails) and special values;
+// - ops: the float32 fast path of each op against the same op on float64 input, which runs the
+//   reference kernel, on random shapes with odd sizes, with 1, 2 and 3 threads (results must not
+//   depend on the thread count).
+#include "kernels/eltwise.hpp"
+#include "kernels/pool.hpp"
+#include "op_tester.hpp"
+#include "runtime/thread_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace basalt {
+namespace {
+
+using namespace basalt::test;
+using kernels::BinaryOp;
+using kernels::BinMode;
+using kernels::Isa;
+using kernels::UnaryOp;
+
+std::vector<float> random_floats(std::mt19937& rng, int64_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<Isa> isas() { return {Isa::Portable, Isa::Avx2, Isa::Avx512}; }
+
+// Lengths that cover empty, sub-vector, exact multiples of 8 and 16, and tails.
+const int64_t kLengths[] = {0, 1, 3, 7, 8, 15, 16, 17, 31, 33, 64, 100, 257, 1023};
+
+// ---------------------------------------------------------------------------------------------
+// Row kernels
+
+struct UnaryCase {
+  UnaryOp op;
+  const char* name;
+  kernels::UnaryParams p;
+  double (*ref)(double, const kernels::UnaryParams&);
+  double rel, abs;  // allowed error: |y - ref| <= abs + rel * |ref|
+};
+
+double gelu_ref(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
+
+const UnaryCase kUnary[] = {
+    {UnaryOp::Relu, "Relu", {}, [](double v, const auto&) { return v > 0 ? v : 0.0; }, 0, 0},
+    {UnaryOp::LeakyRelu, "LeakyRelu", {0.1f, 0}, [](double v, const auto& p) { return v < 0 ? double(float(p.alpha * v)) : v; }, 0, 0},
+    {UnaryOp::Clip, "Clip", {-0.5f, 0.75f}, [](double v, const auto& p) { return std::min<double>(std::max<double>(v, p.alpha), p.beta); }, 0, 0},
+    {UnaryOp::HardSigmoid, "HardSigmoid", {0.2f, 0.5f}, [](double v, const auto& p) { return std::max(0.0, std::min(1.0, double(p.alpha) * v + double(p.beta))); }, 1e-6, 5e-7},
+    {UnaryOp::HardSwish, "HardSwish", {}, [](double v, const auto&) { return v * std::max(0.0, std::min(1.0, v / 6 + 0.5)); }, 1e-6, 5e-7},
+    {UnaryOp::Sigmoid, "Sigmoid", {}, [](double v, const auto&) { return 1 / (1 + std::exp(-v)); }, 2e-7, 0},
+    {UnaryOp::Swish, "Swish", {1.0f, 0}, [](double v, const auto&) { return v / (1 + std::exp(-v)); }, 4e-7, 1e-30},
+    {UnaryOp::Tanh, "Tanh", {}, [](double v, const auto&) { return std::tanh(v); }, 3e-7, 0},
+    {UnaryOp::Exp, "Exp", {}, [](double v, const auto&) { return std::exp(v); }, 2e-7, 0},
+    {UnaryOp::Erf, "Erf", {}, [](double v, const auto&) { return std::erf(v); }, 0, 4e-7},
+    {UnaryOp::Gelu, "Gelu", {}, [](double v, const auto&) { return gelu_ref(v); }, 0, 2e-6},
+    {UnaryOp::GeluTanh, "GeluTanh", {}, [](double v, const auto&) {
+       return 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+     }, 1e-6, 1e-6},
+    {UnaryOp::Sqrt, "Sqrt", {}, [](double v, const auto&) { return std::sqrt(std::fabs(v)); }, 1e-7, 0},
+    {UnaryOp::Square, "Square", {}, [](double v, const auto&) { return v * v; }, 1e-7, 0},
+    {UnaryOp::Neg, "Neg", {}, [](double v, const auto&) { return -v; }, 0, 0},
+    {UnaryOp::Abs, "Abs", {}, [](double v, const auto&) { return std::fabs(v); }, 0, 0},
+    {UnaryOp::Reciprocal, "Reciprocal", {}, [](double v, const auto&) { return 1 / v; }, 1e-7, 0},
+    {UnaryOp::Affine, "Affine", {1.5f, -0.25f}, [](double v, const auto& p) { return double(p.alpha) * v + double(p.beta); }, 2e-7, 2e-6},
+};
+
+TEST(KernelsVec, UnaryEveryIsaMatchesLibmAndPortable) {
+  std::mt19937 rng(1);
+  for (const UnaryCase& c : kUnary)
+    for (int64_t n : kLengths) {
+      std::vector<float> x = random_floats(rng, n, -12.f, 12.f);
+      if (c.op == UnaryOp::Sqrt)
+        for (auto& v : x) v = std::fabs(v);
+      std::vector<float> ref(x.size());
+      kernels::vec_ops(Isa::Portable).unary(c.op, c.p, x.data(), ref.data(), n);
+      for (Isa isa : isas()) {
+        std::vector<float> y(x.size(), -1.f);
+        kernels::vec_ops(isa).unary(c.op, c.p, x.data(), y.data(), n);
+        for (size_t i = 0; i < x.size(); ++i) {
+          double r = c.ref(x[i], c.p);
+          double tol = c.abs + c.rel * std::fabs(r) + 1e-37;
+          ASSERT_LE(std::fabs(double(y[i]) - r), tol)
+              << c.name << " " << kernels::isa_name(isa) << " n=" << n << " x=" << x[i] << " y=" << y[i];
+          ASSERT_LE(std::fabs(y[i] - ref[i]), 2 * tol) << c.name << " vs portable, x=" << x[i];
+        }
+      }
+    }
+}
+
+TEST(KernelsVec, TranscendentalsSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> x = {0.f, -0.f, inf, -inf, nan, 88.7f, 89.5f, -87.5f, -103.f, -120.f, 9.5f, -9.5f, 4.5f, -4.5f, 1e-8f};
+  for (Isa isa : isas()) {
+    const kernels::VecOps& k = kernels::vec_ops(isa);
+    std::vector<float> y(x.size());
+    k.unary(UnaryOp::Exp, {}, x.data(), y.data(), int64_t(x.size()));
+    for (size_t i = 0; i < x.size(); ++i) {
+      float r = std::exp(x[i]);
+      if (std::isnan(r)) EXPECT_TRUE(std::isnan(y[i])) << kernels::isa_name(isa);
+      else if (std::isinf(r) || r == 0.f) EXPECT_EQ(y[i], r) << "exp(" << x[i] << ") " << kernels::isa_name(isa);
+      else EXPECT_NEAR(y[i], r, 2e-7 * r + 1e-44) << "exp(" << x[i] << ") " << kernels::isa_name(isa);
+    }
+    for (UnaryOp op : {UnaryOp::Tanh, UnaryOp::Sigmoid, UnaryOp::Erf}) {
+      k.unary(op, {}, x.data(), y.data(), int64_t(x.size()));
+      for (size_t i = 0; i < x.size(); ++i) {
+        double r = op == UnaryOp::Tanh ? std::tanh(double(x[i])) : op == UnaryOp::Erf ? std::erf(double(x[i])) : 1 / (1 + std::exp(-double(x[i])));
+        if (std::isnan(r)) EXPECT_TRUE(std::isnan(y[i])) << int(op) << " " << kernels::isa_name(isa);
+        else EXPECT_NEAR(y[i], r, 4e-7) << int(op) << "(" << x[i] << ") " << kernels::isa_name(isa);
+      }
+    }
+  }
+}
+
+TEST(KernelsVec, BinaryEveryIsaEveryMode) {
+  std::mt19937 rng(2);
+  for (BinaryOp op : {BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min})
+    for (BinMode mode : {BinMode::VecVec, BinMode::VecScalar, BinMode::ScalarVec})
+      for (int64_t n : kLengths) {
+        std::vector<float> a = random_floats(rng, std::max<int64_t>(n, 1), -4.f, 4.f);
+        std::vector<float> b = random_floats(rng, std::max<int64_t>(n, 1), 0.5f, 3.f);
+        for (Isa isa : isas()) {
+          std::vector<float> y(a.size(), 0.f);
+          kernels::vec_ops(isa).binary(op, mode, a.data(), b.data(), y.data(), n);
+          for (int64_t i = 0; i < n; ++i) {
+            float u = mode == BinMode::ScalarVec ? a[0] : a[size_t(i)];
+            float v = mode == BinMode::VecScalar ? b[0] : b[size_t(i)];
+            float r = op == BinaryOp::Add ? u + v : op == BinaryOp::Sub ? u - v : op == BinaryOp::Mul ? u * v
+                    : op == BinaryOp::Div ? u / v : op == BinaryOp::Max ? std::max(u, v) : std::min(u, v);
+            ASSERT_EQ(y[size_t(i)], r) << int(op) << " mode " << int(mode) << " n=" << n << " " << kernels::isa_name(isa);
+          }
+        }
+      }
+}
+
+TEST(KernelsVec, ReductionsSoftmaxLayerNormAgainstDouble) {
+  std::mt19937 rng(3);
+  for (int64_t n : kLengths) {
+    if (n == 0) continue;
+    std::vector<float> x = random_floats(rng, n, -6.f, 6.f);
+    std::vector<float> g = random_floats(rng, n, 0.5f, 1.5f), bt = random_floats(rng, n, -1.f, 1.f);
+    double s = 0, m = -1e300;
+    for (float v : x) s += v, m = std::max(m, double(v));
+    double es = 0;
+    for (float v : x) es += std::exp(v - m);
+    double mean = s / double(n), var = 0;
+    for (float v : x) var += (v - mean) * (v - mean);
+    var /= double(n);
+    double rstd = 1 / std::sqrt(var + 1e-5);
+    for (Isa isa : isas()) {
+      const kernels::VecOps& k = kernels::vec_ops(isa);
+      const char* name = kernels::isa_name(isa);
+      EXPECT_NEAR(k.sum(x.data(), n), s, 1e-5 * double(n)) << name;
+      EXPECT_EQ(k.max(x.data(), n), float(m)) << name;
+      std::vector<float> y(x.size());
+      k.softmax(x.data(), y.data(), n, false);
+      for (int64_t i = 0; i < n; ++i) {
+        double r = std::exp(x[size_t(i)] - m) / es;
+        ASSERT_NEAR(y[size_t(i)], r, 1e-6 * r + 1e-12) << name << " softmax n=" << n;
+      }
+      k.softmax(x.data(), y.data(), n, true);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(y[size_t(i)], x[size_t(i)] - m - std::log(es), 2e-5) << name;
+      float mo = 0, ro = 0;
+      k.layernorm(x.data(), g.data(), bt.data(), y.data(), n, 1e-5f, &mo, &ro);
+      EXPECT_NEAR(mo, mean, 1e-5) << name;
+      EXPECT_NEAR(ro, rstd, 1e-5 * rstd) << name;
+      for (int64_t i = 0; i < n; ++i) {
+        size_t j = size_t(i);
+        ASSERT_NEAR(y[j], (x[j] - mean) * rstd * g[j] + bt[j], 1e-5) << name << " layernorm n=" << n;
+      }
+    }
+  }
+}
+
+// The threaded drivers give bit-identical results for 1, 2 and 3 threads, on sizes that do and
+// do not split.
+TEST(KernelsVec, DriversIndependentOfThreadCount) {
+  std::mt19937 rng(4);
+  for (int64_t n : {int64_t(5), int64_t(4097), int64_t(100003)}) {
+    std::vector<float> x = random_floats(rng, n, -5.f, 5.f), b = random_floats(rng, n, 1.f, 2.f);
+    std::vector<float> y1(x.size()), s1(x.size()), t1(x.size());
+    kernels::unary_f32(nullptr, UnaryOp::Gelu, {}, x.data(), y1.data(), n);
+    kernels::binary_f32(nullptr, BinaryOp::Div, BinMode::VecVec, x.data(), b.data(), s1.data(), n);
+    kernels::softmax_rows_f32(nullptr, x.data(), t1.data(), n / 5, 5, false);
+    for (int threads : {2, 3}) {
+      ThreadPool pool(threads, 0);
+      std::vector<float> y(x.size()), s(x.size()), t(x.size());
+      kernels::unary_f32(&pool, UnaryOp::Gelu, {}, x.data(), y.data(), n);
+      kernels::binary_f32(&pool, BinaryOp::Div, BinMode::VecVec, x.data(), b.data(), s.data(), n);
+      kernels::softmax_rows_f32(&pool, x.data(), t.data(), n / 5, 5, false);
+      EXPECT_EQ(0, std::memcmp(y.data(), y1.data(), y.size() * sizeof(float))) << threads;
+      EXPECT_EQ(0, std::memcmp(s.data(), s1.data(), s.size() * sizeof(float))) << threads;
+      EXPECT_EQ(0, std::memcmp(t.data(), t1.data(), t.size() * sizeof(float))) << threads;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ops: float32 fast path vs. the reference kernel (float64 input), 1-3 threads
+
+std::vector<Value> run_op_threads(const std::string& op, int opset, const std::vector<Value>& inputs,
+                                  const std::vector<Attribute>& attrs, int threads, int num_outputs = 1) {
+  Node n;
+  n.name = "t";
+  n.op_type = op;
+  n.opset = opset;
+  n.attrs = attrs;
+  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
+  for (int i = 0; i < num_outputs; ++i) n.outputs.push_back(100 + i);
+  const KernelFactory* f = OpRegistry::instance().find("", op, opset);
+  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
+  n.kernel = (*f)(n);
+  std::vector<const Value*> ins;
+  for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
+  std::vector<Value> outs(static_cast<size_t>(num_outputs));
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads, 0) : nullptr;
+  RunContext rc;
+  rc.threads = threads;
+  rc.pool = pool.get();
+  KernelContext ctx(n, ins, outs, {}, rc);
+  n.kernel->compute(ctx);
+  return outs;
+}
+
+Tensor rand_tensor(std::mt19937& rng, const Shape& s, float lo = -3.f, float hi = 3.f) {
+  std::vector<float> v = random_floats(rng, shape_numel(s), lo, hi);
+  return Tensor::from_vector<float>(v, s.empty() ? Shape{} : s).reshaped(s);
+}
+Tensor as_double(const Tensor& t) {
+  Tensor d(DType::Double, t.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) d.data<double>()[i] = double(t.data<float>()[i]);
+  return d;
+}
+
+// Runs op on float32 inputs (fast path) with 1, 2, 3 threads and on float64 copies (reference);
+// float32 results must match the reference within tol (abs + rel) and each other exactly.
+void check_op(const std::string& op, int opset, const std::vector<Tensor>& fin, const std::vector<Attribute>& attrs,
+              double tol, const std::string& what, std::vector<bool> as_is = {}) {
+  std::vector<Value> fv, dv;
+  for (size_t i = 0; i < fin.size(); ++i) {
+    bool keep = i < as_is.size() && as_is[i];
+    fv.push_back(fin[i].defined() ? Value(fin[i]) : Value());
+    dv.push_back(fin[i].defined() ? Value(keep ? fin[i] : as_double(fin[i])) : Value());
+  }
+  Tensor ref = run_op_threads(op, opset, dv, attrs, 1)[0].tensor;
+  Tensor y1;
+  for (int threads : {1, 2, 3}) {
+    Tensor y = run_op_threads(op, opset, fv, attrs, threads)[0].tensor;
+    ASSERT_EQ(y.dtype(), DType::Float) << what;
+    ASSERT_EQ(y.shape(), ref.shape()) << what;
+    for (int64_t i = 0; i < y.numel(); ++i) {
+      double r = ref.data<double>()[i], v = y.data<float>()[i];
+      ASSERT_NEAR(v, r, tol * (1 + std::fabs(r))) << what << " element " << i << " threads " << threads;
+    }
+    if (threads == 1) y1 = y;
+    else ASSERT_EQ(0, std::memcmp(y.raw(), y1.raw(), y.nbytes())) << what << ": differs with " << threads << " threads";
+  }
+}
+
+TEST(KernelsVecOps, BinaryBroadcastShapes) {
+  std::mt19937 rng(5);
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{2, 3, 17, 19}, {2, 3, 17, 19}},  // same shape
+      {{2, 3, 17, 19}, {}},              // scalar
+      {{1}, {5, 33}},                    // scalar on the left
+      {{2, 5, 9, 7}, {1, 5, 1, 1}},      // per channel
+      {{3, 37, 21}, {21}},               // last dim
+      {{4, 1, 9}, {1, 7, 1}},            // outer product
+      {{2, 3, 40, 41}, {2, 3, 40, 41}},  // large enough to split over threads
+      {{1, 64, 70, 71}, {1, 64, 1, 1}},
+  };
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"})
+    for (auto& [sa, sb] : shapes) {
+      Tensor a = rand_tensor(rng, sa), b = rand_tensor(rng, sb, 0.5f, 2.f);
+      check_op(op, 13, {a, b}, {}, 1e-6, std::string(op) + " " + shape_str(sa) + " " + shape_str(sb));
+      check_op(op, 13, {b, a}, {}, 1e-6, std::string(op) + " " + shape_str(sb) + " " + shape_str(sa));
+    }
+}
+
+TEST(KernelsVecOps, Activations) {
+  std::mt19937 rng(6);
+  for (Shape s : {Shape{7}, Shape{3, 5, 33}, Shape{2, 16, 45, 47}}) {
+    Tensor x = rand_tensor(rng, s, -6.f, 6.f);
+    std::string sh = shape_str(s);
+    check_op("Relu", 14, {x}, {}, 0, "Relu " + sh);
+    check_op("LeakyRelu", 16, {x}, {attr("alpha", 0.2f)}, 1e-7, "LeakyRelu " + sh);
+    check_op("Sigmoid", 13, {x}, {}, 3e-7, "Sigmoid " + sh);
+    check_op("Tanh", 13, {x}, {}, 3e-7, "Tanh " + sh);
+    check_op("HardSigmoid", 6, {x}, {attr("alpha", 0.3f), attr("beta", 0.4f)}, 1e-6, "HardSigmoid " + sh);
+    check_op("HardSwish", 14, {x}, {}, 1e-6, "HardSwish " + sh);
+    check_op("Exp", 13, {x}, {}, 2e-7, "Exp " + sh);
+    check_op("Erf", 13, {x}, {}, 4e-7, "Erf " + sh);
+    check_op("Gelu", 20, {x}, {}, 2e-6, "Gelu " + sh);
+    check_op("Gelu", 20, {x}, {attr("approximate", "tanh")}, 2e-6, "Gelu tanh " + sh);
+    check_op("Clip", 6, {x}, {attr("min", -1.0f), attr("max", 2.5f)}, 0, "Clip-6 " + sh);
+    check_op("Clip", 13, {x, Tensor::scalar<float>(-0.5f), Tensor()}, {}, 0, "Clip-13 min " + sh, {false, false});
+    check_op("Neg", 13, {x}, {}, 0, "Neg " + sh);
+    check_op("Abs", 13, {x}, {}, 0, "Abs " + sh);
+    Tensor pos = rand_tensor(rng, s, 0.01f, 9.f);
+    check_op("Sqrt", 13, {pos}, {}, 1e-7, "Sqrt " + sh);
+    check_op("Reciprocal", 13, {pos}, {}, 1e-7, "Reciprocal " + sh);
+  }
+}
+
+TEST(KernelsVecOps, SoftmaxLayerNormBatchNorm) {
+  std::mt19937 rng(7);
+  for (Shape s : {Shape{1, 7}, Shape{3, 5, 33}, Shape{2, 4, 128, 129}}) {
+    Tensor x = rand_tensor(rng, s, -8.f, 8.f);
+    std::string sh = shape_str(s);
+    check_op("Softmax", 13, {x}, {}, 1e-6, "Softmax " + sh);
+    check_op("LogSoftmax", 13, {x}, {}, 2e-6, "LogSoftmax " + sh);
+    check_op("Softmax", 11, {x}, {attr("axis", 1)}, 1e-6, "Softmax-11 axis 1 " + sh);
+    int64_t last = s.back();
+    Tensor g = rand_tensor(rng, {last}, 0.5f, 1.5f), b = rand_tensor(rng, {last});
+    check_op("LayerNormalization", 17, {x, g, b}, {}, 1e-5, "LayerNorm " + sh);
+    check_op("LayerNormalization", 17, {x, g, Tensor()}, {}, 1e-5, "LayerNorm no bias " + sh);
+    int64_t C = s[1];
+    Tensor sc = rand_tensor(rng, {C}, 0.5f, 1.5f), bi = rand_tensor(rng, {C}), mu = rand_tensor(rng, {C}),
+           var = rand_tensor(rng, {C}, 0.1f, 2.f);
+    check_op("BatchNormalization", 15, {x, sc, bi, mu, var}, {}, 1e-5, "BatchNorm " + sh);
+  }
+}
+
+TEST(KernelsVecOps, Pooling) {
+  std::mt19937 rng(8);
+  struct P {
+    Shape x;
+    Ints k, s, pads, dil;
+    int ceil;
+  };
+  const std::vector<P> cases = {
+      {{1, 3, 17, 19}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0},
+      {{2, 5, 16, 16}, {2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 0},
+      {{1, 4, 15, 13}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, 0},
+      {{1, 2, 15, 13}, {3, 2}, {2, 3}, {0, 1, 2, 0}, {1, 1}, 1},
+      {{1, 2, 20, 21}, {3, 3}, {1, 2}, {2, 2, 2, 2}, {2, 2}, 0},
+      {{1, 3, 7, 9}, {7, 9}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 0},
+  };
+  for (const P& c : cases) {
+    Tensor x = rand_tensor(rng, c.x);
+    std::string what = shape_str(c.x) + " k" + std::to_string(c.k[0]) + "x" + std::to_string(c.k[1]);
+    std::vector<Attribute> at = {attr("kernel_shape", c.k), attr("strides", c.s), attr("pads", c.pads),
+                                 attr("ceil_mode", c.ceil)};
+    std::vector<Attribute> mx = at;
+    mx.push_back(attr("dilations", c.dil));
+    check_op("MaxPool", 12, {x}, mx, 0, "MaxPool " + what);
+    if (c.dil[0] == 1) {
+      check_op("AveragePool", 11, {x}, at, 1e-6, "AveragePool " + what);
+      std::vector<Attribute> inc = at;
+      inc.push_back(attr("count_include_pad", 1));
+      check_op("AveragePool", 11, {x}, inc, 1e-6, "AveragePool include pad " + what);
+    }
+  }
+  Tensor x = rand_tensor(rng, {2, 7, 9, 11});
+  check_op("GlobalAveragePool", 1, {x}, {}, 1e-6, "GlobalAveragePool");
+}
+
+TEST(KernelsVecOps, Resize) {
+  std::mt19937 rng(10);
+  for (Shape xs : {Shape{1, 3, 7, 9}, Shape{2, 16, 33, 35}})
+    for (const char* mode : {"nearest", "linear"})
+      for (float sc : {2.0f, 0.5f, 1.7f}) {
+        Tensor x = rand_tensor(rng, xs);
+        Tensor scales = Tensor::from_vector<float>({1.f, 1.f, sc, sc});
+        std::string what = std::string("Resize ") + mode + " " + shape_str(xs) + " x" + std::to_string(sc);
+        check_op("Resize", 13, {x, Tensor(), scales}, {attr("mode", mode)}, 1e-6, what, {false, true, true});
+        check_op("Resize", 13, {x, Tensor(), scales}, {attr("mode", mode), attr("coordinate_transformation_mode", "align_corners")},
+                 1e-6, what + " align_corners", {false, true, true});
+      }
+}
+
+// Transpose: the tiled 2-D path against a direct index computation, for the perms it takes and
+// some it does not.
+TEST(KernelsVecOps, Transpose) {
+  std::mt19937 rng(11);
+  const std::vector<std::pair<Shape, Ints>> cases = {
+      {{37, 53}, {1, 0}},           {{3, 17, 19}, {0, 2, 1}},     {{2, 5, 7, 9}, {0, 2, 3, 1}},
+      {{2, 5, 7, 9}, {0, 3, 1, 2}}, {{2, 9, 4, 33}, {0, 2, 1, 3}}, {{1, 20, 1, 31}, {3, 1, 2, 0}},
+      {{4, 6, 5}, {2, 1, 0}},
+  };
+  for (auto& [shape, perm] : cases) {
+    Tensor x = rand_tensor(rng, shape);
+    Shape os;
+    for (int64_t a : perm) os.push_back(shape[size_t(a)]);
+    std::vector<int64_t> xs(shape.size(), 1);
+    for (size_t d = shape.size() - 1; d-- > 0;) xs[d] = xs[d + 1] * shape[d + 1];
+    for (int threads : {1, 2, 3}) {
+      Tensor y = run_op_threads("Transpose", 13, {x}, {attr("perm", perm)}, threads)[0].tensor;
+      ASSERT_EQ(y.shape(), os);
+      std::vector<int64_t> idx(os.size(), 0);
+      for (int64_t i = 0; i < y.numel(); ++i) {
+        int64_t off = 0;
+        for (size_t d = 0; d < os.size(); ++d) off += idx[d] * xs[size_t(perm[d])];
+        ASSERT_EQ(y.data<float>()[i], x.data<float>()[off]) << shape_str(shape) << " element " << i;
+        for (size_t d = os.size(); d-- > 0;) {
+          if (++idx[d] < os[d]) break;
+          idx[d] = 0;
+        }
+      }
+    }
+  }
+}
+
+// The fused two-axis pass equals resizing H, then W, with two one-axis Resize nodes (the
+// separable path), for every mode. (tf_crop_and_resize counts every axis as resized, so it
+// always takes the separable path and is covered by the conformance tests.)
+TEST(KernelsVecOps, ResizeFusedEqualsSeparable) {
+  std::mt19937 rng(12);
+  Tensor x = rand_tensor(rng, {2, 3, 11, 13});
+  for (const char* mode : {"nearest", "linear", "cubic"})
+    for (const char* ctm : {"half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"})
+      for (float sc : {2.0f, 0.6f}) {
+        std::vector<Attribute> at = {attr("mode", mode), attr("coordinate_transformation_mode", ctm)};
+        Tensor fused = run_op_threads("Resize", 13, {x, Value(), Tensor::from_vector<float>({1, 1, sc, sc})}, at, 2)[0].tensor;
+        Tensor h = run_op_threads("Resize", 13, {x, Value(), Tensor::from_vector<float>({1, 1, sc, 1})}, at, 1)[0].tensor;
+        Tensor hw = run_op_threads("Resize", 13, {h, Value(), Tensor::from_vector<float>({1, 1, 1, sc})}, at, 1)[0].tensor;
+        std::string what = std::string(mode) + " " + ctm + " x" + std::to_string(sc);
+        ASSERT_EQ(fused.shape(), hw.shape()) << what;
+        ASSERT_EQ(0, std::memcmp(fused.raw(), hw.raw(), fused.nbytes())) << what;
+      }
+}
+
+TEST(KernelsVecOps, RecurrentLstmGru) {
+  std::mt19937 rng(9);
+  struct R {
+    int64_t S, B, I, H;
+    const char* dir;
+  };
+  for (const R& c : {R{1, 1, 64, 64, "forward"}, R{5, 3, 13, 17, "bidirectional"}, R{4, 2, 33, 9, "reverse"}}) {
+    int64_t nd = std::string(c.dir) == "bidirectional" ? 2 : 1;
+    std::string what = std::string(c.dir) + " S" + std::to_string(c.S) + " H" + std::to_string(c.H);
+    Tensor X = rand_tensor(rng, {c.S, c.B, c.I}, -1.f, 1.f);
+    Tensor W = rand_tensor(rng, {nd, 4 * c.H, c.I}, -0.3f, 0.3f), Rm = rand_tensor(rng, {nd, 4 * c.H, c.H}, -0.3f, 0.3f);
+    Tensor B = rand_tensor(rng, {nd, 8 * c.H}, -0.5f, 0.5f);
+    Tensor h0 = rand_tensor(rng, {nd, c.B, c.H}, -1.f, 1.f), c0 = rand_tensor(rng, {nd, c.B, c.H}, -1.f, 1.f);
+    std::vector<Attribute> at = {attr("hidden_size", c.H), attr("direction", c.dir)};
+    check_op("LSTM", 14, {X, W, Rm, B, Tensor(), h0, c0}, at, 2e-6, "LSTM " + what);
+    Tensor Wg = rand_tensor(rng, {nd, 3 * c.H, c.I}, -0.3f, 0.3f), Rg = rand_tensor(rng, {nd, 3 * c.H, c.H}, -0.3f, 0.3f);
+    Tensor Bg = rand_tensor(rng, {nd, 6 * c.H}, -0.5f, 0.5f);
+    check_op("GRU", 14, {X, Wg, Rg, Bg, Tensor(), h0}, at, 2e-6, "GRU " + what);
+  }
+}
+
+}  // namespace
+}  // namespace basalt

@@ -1,0 +1,620 @@
+// Graph optimizer passes (src/opt) on minimal graphs: where each must apply, and where it must
+// not (extra consumers, graph-output intermediates, mismatched shapes, non-constant weights).
+// Graphs are built in memory, serialized with the ONNX writer and opened through Session, so
+// every test also checks writer -> loader round trips and the Session integration; outputs are
+// compared against the same model at level none.
+#include <basalt/basalt.hpp>
+
+#include "onnx/writer.hpp"
+#include "op_tester.hpp"
+#include "opt/graph_util.hpp"
+#include "opt/optimizer.hpp"
+#include "runtime/model.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace basalt {
+namespace {
+
+using test::attr;
+using test::Floats;
+using test::Ints;
+
+// Builds a Model node by node (in topological order).
+struct Builder {
+  std::shared_ptr<Model> m = std::make_shared<Model>();
+  Graph* g;
+  explicit Builder(int opset = 13) {
+    m->ir_version = 8;
+    m->opsets[""] = opset;
+    m->graph = std::make_shared<Graph>();
+    g = m->graph.get();
+    g->name = "test";
+  }
+  int value(const std::string& n) {
+    int v = g->find_value(n);
+    return v >= 0 ? v : g->add_value(n);
+  }
+  void input(const std::string& n, Shape s) {
+    int v = value(n);
+    auto& d = g->values[size_t(v)];
+    d.is_graph_input = true;
+    d.type.kind = TypeInfo::Kind::Tensor;
+    d.type.elem = DType::Float;
+    d.type.has_shape = true;
+    for (int64_t x : s) d.type.dims.push_back(DimInfo{x, ""});
+    g->inputs.push_back(v);
+  }
+  void init(const std::string& n, Tensor t) {
+    int v = value(n);
+    g->values[size_t(v)].is_initializer = true;
+    g->values[size_t(v)].initializer = std::move(t);
+  }
+  Node& node(const std::string& op, std::vector<std::string> ins, std::vector<std::string> outs,
+             std::vector<Attribute> attrs = {}, const std::string& name = "") {
+    Node n;
+    n.op_type = op;
+    n.opset = int(m->opsets[""]);
+    n.name = name.empty() ? op + "_" + std::to_string(g->nodes.size()) : name;
+    for (auto& i : ins) n.inputs.push_back(i.empty() ? -1 : value(i));
+    for (auto& o : outs) {
+      int v = value(o);
+      g->values[size_t(v)].producer = int(g->nodes.size());
+      n.outputs.push_back(v);
+    }
+    n.attrs = std::move(attrs);
+    g->nodes.push_back(std::move(n));
+    return g->nodes.back();
+  }
+  void output(const std::string& n) { g->outputs.push_back(value(n)); }
+  std::string bytes() {
+    g->finalize();
+    return save_model_bytes(*m);
+  }
+};
+
+Tensor random_tensor(Shape s, uint32_t seed, float lo = -1, float hi = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  Tensor t(DType::Float, std::move(s));
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = d(rng);
+  return t;
+}
+
+std::unique_ptr<Session> open(const std::string& bytes, int level) {
+  SessionOptions o;
+  o.optimization_level = level;
+  o.threads = 1;
+  return Session::from_bytes(bytes.data(), bytes.size(), o);
+}
+
+const OptimizeReport& report_of(const Session& s) { return *s.model().optimize_report; }
+
+int count_ops(const Graph& g, const std::string& op) {
+  int c = 0;
+  for (auto& n : g.nodes) c += n.op_type == op;
+  return c;
+}
+
+bool rejected_with(const OptimizeReport& r, const std::string& pattern_part, const std::string& reason_part) {
+  for (auto& x : r.rejected)
+    if (x.pattern.find(pattern_part) != std::string::npos && x.reason.find(reason_part) != std::string::npos) return true;
+  return false;
+}
+
+double rel_l2(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    double x = a.get_double(i), y = b.get_double(i);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// Runs the model at `level` and at level none on the same inputs; expects equal outputs.
+void expect_same_outputs(const std::string& bytes, int level, const std::vector<std::pair<std::string, Value>>& feeds,
+                         double tol = 1e-5) {
+  auto ref = open(bytes, 0);
+  auto opt = open(bytes, level);
+  auto a = ref->run(feeds), b = opt->run(feeds);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_LE(rel_l2(b[i].tensor, a[i].tensor), tol) << "output " << i;
+}
+
+// X[1,3,8,8] -> Conv(3->4, 3x3, pad 1) -> BatchNormalization -> Y
+Builder conv_bn(bool weight_is_input = false, int64_t bn_channels = 4) {
+  Builder b;
+  b.input("X", {1, 3, 8, 8});
+  if (weight_is_input) b.input("W", {4, 3, 3, 3});
+  else b.init("W", random_tensor({4, 3, 3, 3}, 1));
+  b.init("B", random_tensor({4}, 2));
+  b.init("scale", random_tensor({bn_channels}, 3, 0.5f, 1.5f));
+  b.init("bias", random_tensor({bn_channels}, 4));
+  b.init("mean", random_tensor({bn_channels}, 5));
+  b.init("var", random_tensor({bn_channels}, 6, 0.5f, 2.0f));
+  b.node("Conv", {"X", "W", "B"}, {"C"}, {attr("pads", Ints{1, 1, 1, 1}), attr("kernel_shape", Ints{3, 3})}, "conv1");
+  b.node("BatchNormalization", {"C", "scale", "bias", "mean", "var"}, {"Y"}, {attr("epsilon", 1e-3f)}, "bn1");
+  b.output("Y");
+  return b;
+}
+
+TEST(Optimizer, ParsesLevels) {
+  EXPECT_EQ(parse_opt_level("none"), OptLevel::None);
+  EXPECT_EQ(parse_opt_level("2"), OptLevel::Extended);
+  EXPECT_EQ(parse_opt_level("all"), OptLevel::All);
+  EXPECT_THROW(parse_opt_level("max"), Error);
+  SessionOptions o;
+  o.optimization_level = 7;
+  std::string bytes = conv_bn().bytes();
+  EXPECT_THROW(Session::from_bytes(bytes.data(), bytes.size(), o), Error);
+}
+
+TEST(Optimizer, ConvBatchNormFoldsIntoConv) {
+  std::string bytes = conv_bn().bytes();
+  auto s = open(bytes, 1);
+  EXPECT_EQ(report_of(*s).fusions.at("Conv+BatchNormalization"), 1);
+  const Graph& g = *s->model().graph;
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "Conv");
+  EXPECT_EQ(g.nodes[0].name, "conv1");
+  EXPECT_EQ(g.values[size_t(g.nodes[0].outputs[0])].name, "Y");  // the graph output keeps its name
+  expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
+}
+
+TEST(Optimizer, ConvBatchNormNotFoldedWhenConvOutputHasAnotherConsumer) {
+  Builder b = conv_bn();
+  b.node("Relu", {"C"}, {"R"});
+  b.output("R");
+  auto s = open(b.bytes(), 1);
+  EXPECT_EQ(report_of(*s).fusions.count("Conv+BatchNormalization"), 0u);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Conv+BatchNormalization", "2 consumers"));
+  EXPECT_EQ(count_ops(*s->model().graph, "BatchNormalization"), 1);
+}
+
+TEST(Optimizer, ConvBatchNormNotFoldedWhenConvOutputIsGraphOutput) {
+  Builder b = conv_bn();
+  b.output("C");
+  auto s = open(b.bytes(), 1);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Conv+BatchNormalization", "graph output"));
+  EXPECT_EQ(count_ops(*s->model().graph, "BatchNormalization"), 1);
+}
+
+TEST(Optimizer, ConvBatchNormNotFoldedWithNonConstantWeight) {
+  auto s = open(conv_bn(true).bytes(), 1);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Conv+BatchNormalization", "non-constant weight"));
+  EXPECT_EQ(count_ops(*s->model().graph, "BatchNormalization"), 1);
+}
+
+TEST(Optimizer, ConvBatchNormNotFoldedWithMismatchedShapes) {
+  // Optimized only (the model itself is invalid at run time: BN has 5 channels, Conv makes 4).
+  Builder b = conv_bn(false, 5);
+  b.g->finalize();
+  OptimizeReport r;
+  optimize_model(*b.m, {OptLevel::Basic, false}, &r);
+  EXPECT_TRUE(rejected_with(r, "Conv+BatchNormalization", "mismatched shapes"));
+  EXPECT_EQ(count_ops(*b.g, "BatchNormalization"), 1);
+}
+
+TEST(Optimizer, LevelNoneChangesNothing) {
+  auto s = open(conv_bn().bytes(), 0);
+  EXPECT_EQ(s->model().graph->nodes.size(), 2u);
+  EXPECT_TRUE(report_of(*s).passes.empty());
+}
+
+TEST(Optimizer, RemovesIdentityAndInferenceDropout) {
+  Builder b;
+  b.input("X", {2, 5});
+  b.node("Identity", {"X"}, {"A"});
+  b.node("Relu", {"A"}, {"R"});
+  b.node("Dropout", {"R"}, {"D"});
+  b.node("Identity", {"D"}, {"Y"});  // a graph output: the Dropout's input producer is rewired
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 1);
+  const Graph& g = *s->model().graph;
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "Relu");
+  EXPECT_EQ(g.values[size_t(g.nodes[0].outputs[0])].name, "Y");
+  EXPECT_EQ(report_of(*s).fusions.at("Identity removed"), 2);
+  EXPECT_EQ(report_of(*s).fusions.at("Dropout removed"), 1);
+  expect_same_outputs(bytes, 1, {{"X", random_tensor({2, 5}, 3)}});
+}
+
+TEST(Optimizer, KeepsDropoutWhoseMaskIsUsedAndIdentityOfAnInputThatIsAnOutput) {
+  Builder b;
+  b.input("X", {2, 5});
+  b.node("Dropout", {"X"}, {"D", "M"});
+  b.node("Identity", {"X"}, {"Y"});
+  b.output("D");
+  b.output("M");
+  b.output("Y");
+  auto s = open(b.bytes(), 1);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Dropout", "mask output is used"));
+  EXPECT_TRUE(rejected_with(report_of(*s), "Identity", "graph output"));
+  EXPECT_EQ(s->model().graph->nodes.size(), 2u);
+}
+
+TEST(Optimizer, FoldsConstantsAndStaticShapes) {
+  Builder b;
+  b.input("X", {2, 3, 4});
+  b.init("c1", test::make_tensor<float>({4}, {1, 2, 3, 4}));
+  b.init("c2", test::make_tensor<float>({4}, {10, 20, 30, 40}));
+  b.node("Add", {"c1", "c2"}, {"c"});       // constant
+  b.node("Shape", {"X"}, {"sh"});           // static shape [2,3,4]
+  b.init("idx", Tensor::from_vector<int64_t>({0}, Shape{1}));
+  b.node("Gather", {"sh", "idx"}, {"n"}, {attr("axis", 0)});
+  b.init("minus1", Tensor::from_vector<int64_t>({-1}, Shape{1}));
+  b.node("Concat", {"n", "minus1"}, {"target"}, {attr("axis", 0)});
+  b.node("Reshape", {"X", "target"}, {"r"});
+  b.init("c3", test::make_tensor<float>({12}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}));
+  b.node("Mul", {"r", "c3"}, {"Y"});
+  b.node("Mul", {"X", "c"}, {"Y2"});
+  b.output("Y");
+  b.output("Y2");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 1);
+  const Graph& g = *s->model().graph;
+  EXPECT_EQ(count_ops(g, "Shape"), 0);
+  EXPECT_EQ(count_ops(g, "Gather"), 0);
+  EXPECT_EQ(count_ops(g, "Concat"), 0);
+  EXPECT_EQ(count_ops(g, "Add"), 0);
+  EXPECT_EQ(g.nodes.size(), 3u);  // Reshape, Mul, Mul
+  EXPECT_EQ(report_of(*s).fusions.at("Shape of a static shape folded"), 1);
+  EXPECT_EQ(report_of(*s).fusions.at("ConstantFolding"), 3);
+  expect_same_outputs(bytes, 1, {{"X", random_tensor({2, 3, 4}, 5)}});
+}
+
+TEST(Optimizer, DoesNotFoldShapeOfADynamicInputOrHugeResults) {
+  Builder b;
+  b.input("X", {2, 3});
+  b.g->values[size_t(b.value("X"))].type.dims[0] = DimInfo{-1, "batch"};
+  b.node("Shape", {"X"}, {"sh"});
+  b.output("sh");
+  b.init("big", Tensor::from_vector<int64_t>({2048, 1024}, Shape{2}));
+  b.node("ConstantOfShape", {"big"}, {"Z"}, {}, "cos");
+  b.output("Z");
+  auto s = open(b.bytes(), 1);
+  EXPECT_EQ(count_ops(*s->model().graph, "Shape"), 1);
+  EXPECT_EQ(count_ops(*s->model().graph, "ConstantOfShape"), 1);
+  EXPECT_TRUE(rejected_with(report_of(*s), "ConstantFolding", "1M-element bound"));
+}
+
+TEST(Optimizer, FoldsReshapeChainsButNotWhenTheLastShapeCopiesADim) {
+  Builder b;
+  b.input("X", {2, 3, 4});
+  b.init("s1", Tensor::from_vector<int64_t>({6, 4}, Shape{2}));
+  b.init("s2", Tensor::from_vector<int64_t>({4, -1}, Shape{2}));
+  b.init("s3", Tensor::from_vector<int64_t>({0, -1}, Shape{2}));
+  b.node("Reshape", {"X", "s1"}, {"a"});
+  b.node("Flatten", {"a"}, {"f"}, {attr("axis", 1)});
+  b.node("Reshape", {"f", "s2"}, {"Y"});
+  b.node("Reshape", {"X", "s1"}, {"b2"});
+  b.node("Reshape", {"b2", "s3"}, {"Y2"}, {}, "copies_dim");
+  b.output("Y");
+  b.output("Y2");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 1);
+  EXPECT_EQ(report_of(*s).fusions.at("Reshape chain folded"), 1);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Reshape chain", "0 entry"));
+  EXPECT_EQ(count_ops(*s->model().graph, "Reshape"), 3);
+  EXPECT_EQ(count_ops(*s->model().graph, "Flatten"), 0);
+  expect_same_outputs(bytes, 1, {{"X", random_tensor({2, 3, 4}, 7)}});
+}
+
+TEST(Optimizer, RemovesDeadNodes) {
+  Builder b;
+  b.input("X", {4});
+  b.node("Relu", {"X"}, {"unused"});
+  b.node("Neg", {"unused"}, {"unused2"});
+  b.node("Sigmoid", {"X"}, {"Y"});
+  b.output("Y");
+  auto s = open(b.bytes(), 1);
+  ASSERT_EQ(s->model().graph->nodes.size(), 1u);
+  EXPECT_EQ(report_of(*s).fusions.at("dead node removed"), 2);
+}
+
+bool has_fused_conv_kernel() { return OpRegistry::instance().find("basalt", "FusedConv", 1) != nullptr; }
+
+TEST(Optimizer, ConvBatchNormReluBecomesFusedConvAtExtended) {
+  Builder b = conv_bn();
+  b.g->outputs.clear();
+  b.node("Relu", {"Y"}, {"R"}, {}, "relu1");
+  b.output("R");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 2);
+  const auto& r = report_of(*s);
+  EXPECT_EQ(r.fusions.at("Conv+BatchNormalization"), 1);
+  if (has_fused_conv_kernel()) {
+    EXPECT_EQ(r.fusions.at("Conv+Relu"), 1);
+    const Graph& g = *s->model().graph;
+    ASSERT_EQ(g.nodes.size(), 1u);
+    EXPECT_EQ(g.nodes[0].op_type, "FusedConv");
+    EXPECT_EQ(g.nodes[0].domain, "basalt");
+    EXPECT_EQ(g.nodes[0].attr_string("activation"), "Relu");
+    EXPECT_EQ(s->model().opsets.count("basalt"), 1u);
+    expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
+  } else {
+    EXPECT_TRUE(rejected_with(r, "Conv+Relu", "no basalt::FusedConv kernel"));
+  }
+}
+
+TEST(Optimizer, StandardOpsKeepsOnlyAiOnnxOps) {
+  Builder b = conv_bn();
+  b.g->outputs.clear();
+  b.node("Relu", {"Y"}, {"R"});
+  b.output("R");
+  b.g->finalize();
+  OptimizeReport r;
+  optimize_model(*b.m, {OptLevel::All, true}, &r);
+  for (auto& n : b.g->nodes) EXPECT_EQ(n.domain, "");
+  EXPECT_EQ(r.fusions.at("Conv+BatchNormalization"), 1);
+  EXPECT_TRUE(rejected_with(r, "fuse_conv_activation", "standard-ops"));
+  EXPECT_EQ(b.m->opsets.count("basalt"), 0u);
+}
+
+TEST(Optimizer, ConvActivationNotFusedWhenConvOutputIsGraphOutput) {
+  Builder b;
+  b.input("X", {1, 2, 4, 4});
+  b.init("W", random_tensor({2, 2, 1, 1}, 1));
+  b.node("Conv", {"X", "W"}, {"C"}, {}, "conv");
+  b.node("Relu", {"C"}, {"Y"});
+  b.output("C");
+  b.output("Y");
+  auto s = open(b.bytes(), 2);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Conv+activation", "graph output"));
+  EXPECT_EQ(count_ops(*s->model().graph, "Conv"), 1);
+}
+
+TEST(Optimizer, ResidualAddWithMismatchedShapesIsNotFolded) {
+  Builder b;
+  b.input("X", {1, 2, 4, 4});
+  b.input("Z", {1, 2, 1, 1});  // broadcasts in Add, but FusedConv's Z must match Y
+  b.init("W", random_tensor({2, 2, 1, 1}, 1));
+  b.node("Conv", {"X", "W"}, {"C"}, {}, "conv");
+  b.node("Add", {"C", "Z"}, {"Y"});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 2);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Add", "mismatched shapes"));
+  EXPECT_EQ(count_ops(*s->model().graph, "Add"), 1);
+  expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 2, 4, 4}, 2)}, {"Z", random_tensor({1, 2, 1, 1}, 3)}});
+}
+
+TEST(Optimizer, ResidualAddAndReluFoldIntoFusedConv) {
+  Builder b;
+  b.input("X", {1, 2, 5, 5});
+  b.init("W", random_tensor({2, 2, 3, 3}, 1));
+  b.init("B", random_tensor({2}, 4));
+  b.node("Conv", {"X", "W", "B"}, {"C"}, {attr("pads", Ints{1, 1, 1, 1})}, "conv");
+  b.node("Add", {"X", "C"}, {"S"});
+  b.node("Relu", {"S"}, {"Y"});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 2);
+  if (!has_fused_conv_kernel()) {
+    EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Add+Relu", "no basalt::FusedConv kernel"));
+    return;
+  }
+  EXPECT_EQ(report_of(*s).fusions.at("Conv+Add+Relu"), 1);
+  ASSERT_EQ(s->model().graph->nodes.size(), 1u);
+  EXPECT_EQ(s->model().graph->nodes[0].inputs.size(), 4u);
+  expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 2, 5, 5}, 2)}});
+}
+
+bool has_fused_matmul_kernel() { return OpRegistry::instance().find("basalt", "FusedMatMul", 1) != nullptr; }
+
+// X[3,4] -> Gemm(W[5,4] transB, C, alpha 0.5, beta 2) -> LeakyRelu -> Y
+Builder gemm_act(Shape c_shape) {
+  Builder b;
+  b.input("X", {3, 4});
+  b.init("W", random_tensor({5, 4}, 1));
+  b.init("C", random_tensor(c_shape, 2));
+  b.node("Gemm", {"X", "W", "C"}, {"G"}, {attr("transB", 1), attr("alpha", 0.5f), attr("beta", 2.0f)}, "gemm");
+  b.node("LeakyRelu", {"G"}, {"Y"}, {attr("alpha", 0.1f)});
+  b.output("Y");
+  return b;
+}
+
+TEST(Optimizer, GemmActivationBecomesFusedMatMul) {
+  std::string bytes = gemm_act({5}).bytes();
+  auto s = open(bytes, 2);
+  if (!has_fused_matmul_kernel()) {
+    EXPECT_TRUE(rejected_with(report_of(*s), "Gemm+LeakyRelu", "no basalt::FusedMatMul kernel"));
+    return;
+  }
+  EXPECT_EQ(report_of(*s).fusions.at("Gemm+LeakyRelu"), 1);
+  const Graph& g = *s->model().graph;
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "FusedMatMul");
+  EXPECT_EQ(g.nodes[0].attr_floats("activation_params"), (Floats{0.1f}));
+  expect_same_outputs(bytes, 2, {{"X", random_tensor({3, 4}, 3)}});
+}
+
+TEST(Optimizer, GemmWithAFullMatrixBiasIsNotFused) {
+  std::string bytes = gemm_act({3, 5}).bytes();
+  auto s = open(bytes, 2);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Gemm+LeakyRelu", "mismatched shapes"));
+  EXPECT_EQ(count_ops(*s->model().graph, "Gemm"), 1);
+  expect_same_outputs(bytes, 2, {{"X", random_tensor({3, 4}, 3)}});
+}
+
+TEST(Optimizer, ConvClipWithNonConstantBoundIsNotFused) {
+  Builder b(13);
+  b.input("X", {1, 2, 4, 4});
+  b.input("hi", {});
+  b.init("W", random_tensor({2, 2, 1, 1}, 1));
+  b.init("lo", Tensor::scalar<float>(0.0f));
+  b.node("Conv", {"X", "W"}, {"C"}, {}, "conv");
+  b.node("Clip", {"C", "lo", "hi"}, {"Y"});
+  b.output("Y");
+  auto s = open(b.bytes(), 2);
+  EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Clip", "not a constant"));
+  EXPECT_EQ(count_ops(*s->model().graph, "Clip"), 1);
+}
+
+TEST(Optimizer, ResidualAddFusesWithSymbolicShapes) {
+  // ResNet's downsampling block with a dynamic batch and image size: the 3x3 stride-2 pad-1 Conv
+  // and the 1x1 stride-2 Conv give the same symbolic size, floor((H-1)/2)+1.
+  Builder b;
+  b.input("X", {1, 2, 7, 7});
+  for (int k : {0, 2, 3}) b.g->values[size_t(b.value("X"))].type.dims[size_t(k)] = DimInfo{-1, k == 0 ? "N" : k == 2 ? "H" : "W"};
+  b.init("W1", random_tensor({4, 2, 3, 3}, 1));
+  b.init("W2", random_tensor({4, 2, 1, 1}, 2));
+  b.node("Conv", {"X", "W1"}, {"A"}, {attr("pads", Ints{1, 1, 1, 1}), attr("strides", Ints{2, 2})}, "main");
+  b.node("Conv", {"X", "W2"}, {"D"}, {attr("strides", Ints{2, 2})}, "down");
+  b.node("Add", {"A", "D"}, {"S"});
+  b.node("Relu", {"S"}, {"Y"});
+  // Not provable: Z's dims are other symbols (equal at run time here, but nothing says so).
+  b.input("Z", {1, 4, 4, 3});
+  for (int k : {0, 2, 3}) b.g->values[size_t(b.value("Z"))].type.dims[size_t(k)] = DimInfo{-1, k == 0 ? "N" : k == 2 ? "P" : "Q"};
+  b.init("W3", random_tensor({4, 4, 1, 1}, 3));
+  b.node("Conv", {"Y", "W3"}, {"E"}, {}, "other");
+  b.node("Add", {"E", "Z"}, {"Y2"});
+  b.output("Y2");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 2);
+  const auto& r = report_of(*s);
+  if (!has_fused_conv_kernel()) {
+    EXPECT_TRUE(rejected_with(r, "Conv+Add+Relu", "no basalt::FusedConv kernel"));
+    return;
+  }
+  EXPECT_EQ(r.fusions.at("Conv+Add+Relu"), 1);
+  EXPECT_TRUE(rejected_with(r, "Conv+Add", "not provably equal"));
+  expect_same_outputs(bytes, 2, {{"X", random_tensor({2, 2, 9, 6}, 4)}, {"Z", random_tensor({2, 4, 5, 3}, 5)}});
+}
+
+TEST(Optimizer, PassesRunInsideSubgraphsButCapturesAreNotConstants) {
+  Builder b;
+  b.input("X", {3});
+  b.init("outer_c", test::make_tensor<float>({3}, {1, 2, 3}));
+  b.init("cond", Tensor::scalar<bool>(true));
+  // then: Identity(X) -> Add(outer_c, inner_c) + it; else: X
+  auto then_g = std::make_shared<Graph>();
+  then_g->name = "then";
+  auto cap = [&](const std::string& n) {
+    int v = then_g->add_value(n);
+    then_g->values[size_t(v)].is_capture = true;
+    then_g->captures.push_back(v);
+    return v;
+  };
+  int x = cap("X"), oc = cap("outer_c");
+  int ic = then_g->add_value("inner_c");
+  then_g->values[size_t(ic)].is_initializer = true;
+  then_g->values[size_t(ic)].initializer = test::make_tensor<float>({3}, {10, 20, 30});
+  int xi = then_g->add_value("xi"), k = then_g->add_value("k"), out = then_g->add_value("then_out");
+  auto add_node = [&](const std::string& op, std::vector<int> ins, int o) {
+    Node n;
+    n.op_type = op;
+    n.opset = 13;
+    n.name = op + "_then_" + std::to_string(then_g->nodes.size());
+    n.inputs = std::move(ins);
+    n.outputs = {o};
+    then_g->values[size_t(o)].producer = int(then_g->nodes.size());
+    then_g->nodes.push_back(std::move(n));
+  };
+  add_node("Identity", {x}, xi);
+  add_node("Add", {oc, ic}, k);
+  add_node("Add", {xi, k}, out);
+  then_g->outputs = {out};
+  then_g->finalize();
+  auto else_g = std::make_shared<Graph>();
+  else_g->name = "else";
+  int ex = else_g->add_value("X");
+  else_g->values[size_t(ex)].is_capture = true;
+  else_g->captures.push_back(ex);
+  int eo = else_g->add_value("else_out");
+  Node en;
+  en.op_type = "Neg";
+  en.opset = 13;
+  en.name = "neg_else";
+  en.inputs = {ex};
+  en.outputs = {eo};
+  else_g->values[size_t(eo)].producer = 0;
+  else_g->nodes.push_back(std::move(en));
+  else_g->outputs = {eo};
+  else_g->finalize();
+  Attribute ta, ea;
+  ta.name = "then_branch";
+  ta.type = Attribute::Type::Graph;
+  ta.g = then_g;
+  ea.name = "else_branch";
+  ea.type = Attribute::Type::Graph;
+  ea.g = else_g;
+  Node& ifn = b.node("If", {"cond"}, {"Y"}, {ta, ea}, "if");
+  ifn.implicit_inputs = {b.value("X"), b.value("outer_c")};
+  ifn.capture_index = {{then_g.get(), {0, 1}}, {else_g.get(), {0}}};
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 3);
+  const Graph& tg = *s->model().graph->nodes.at(0).attr_graph("then_branch");
+  EXPECT_EQ(count_ops(tg, "Identity"), 0);
+  EXPECT_EQ(count_ops(tg, "Add"), 2);  // Add(outer_c, inner_c) stays: outer_c is a capture
+  expect_same_outputs(bytes, 3, {{"X", test::make_tensor<float>({3}, {0.5f, -1, 2})}});
+}
+
+TEST(Writer, NodeWithANewerOpsetThanTheModelRoundTripsThroughAFunction) {
+  Builder b(13);
+  b.input("X", {2, 4});
+  b.init("gamma", test::make_tensor<float>({4}, {1, 2, 3, 4}));
+  b.node("LayerNormalization", {"X", "gamma"}, {"Y"}, {attr("epsilon", 1e-5f)}, "ln").opset = 17;
+  b.node("Relu", {"Y"}, {"R"});
+  b.output("R");
+  std::string bytes = b.bytes();
+  auto m = load_model_bytes(bytes.data(), bytes.size());
+  ASSERT_EQ(m->graph->nodes.size(), 2u);
+  EXPECT_EQ(m->graph->nodes[0].op_type, "LayerNormalization");
+  EXPECT_EQ(m->graph->nodes[0].opset, 17);
+  EXPECT_EQ(m->graph->nodes[1].opset, 13);
+  auto s = open(bytes, 0);
+  auto out = s->run({{"X", test::make_tensor<float>({2, 4}, {1, 2, 3, 4, -1, 0, 1, 2})}});
+  // Row 0 normalized: (x - 2.5) / sqrt(1.25 + eps), times gamma, then Relu.
+  EXPECT_NEAR(out[0].tensor.data<float>()[3], 4 * 1.5f / std::sqrt(1.25f + 1e-5f), 1e-4);
+  EXPECT_EQ(out[0].tensor.data<float>()[0], 0.0f);
+}
+
+TEST(Writer, RoundTripsAttributesOfEveryKind) {
+  Builder b;
+  b.input("X", {2});
+  Attribute sub;
+  sub.name = "body";
+  sub.type = Attribute::Type::Graph;
+  sub.g = std::make_shared<Graph>();
+  sub.g->name = "body";
+  Attribute ss = attr("strs", test::Strings{"a", "bc"});
+  b.node("Relu", {"X"}, {"Y"},
+         {attr("i", 7), attr("f", 2.5f), attr("s", "txt"), attr("ints", Ints{1, -2}), attr("floats", Floats{0.5f, -1}), ss,
+          attr("t", test::make_tensor<float>({2}, {3, 4})), sub},
+         "n");
+  b.init("strings", [] {
+    Tensor t(DType::String, {2});
+    t.data<std::string>()[0] = "x";
+    t.data<std::string>()[1] = "yz";
+    return t;
+  }());
+  b.node("Identity", {"strings"}, {"S"});
+  b.output("Y");
+  b.output("S");
+  std::string bytes = b.bytes();
+  auto m = load_model_bytes(bytes.data(), bytes.size());
+  const Node& n = m->graph->nodes.at(0);
+  EXPECT_EQ(n.attr_int("i"), 7);
+  EXPECT_EQ(n.attr_float("f"), 2.5f);
+  EXPECT_EQ(n.attr_string("s"), "txt");
+  EXPECT_EQ(n.attr_ints("ints"), (Ints{1, -2}));
+  EXPECT_EQ(n.attr_floats("floats"), (Floats{0.5f, -1}));
+  EXPECT_EQ(n.attr_strings("strs"), (test::Strings{"a", "bc"}));
+  EXPECT_EQ(n.attr_tensor("t").data<float>()[1], 4.0f);
+  EXPECT_EQ(n.attr_graph("body")->name, "body");
+  int sv = m->graph->find_value("strings");
+  ASSERT_GE(sv, 0);
+  EXPECT_EQ(m->graph->values[size_t(sv)].initializer.data<std::string>()[1], "yz");
+  EXPECT_EQ(m->graph->values[size_t(m->graph->inputs[0])].type.str(), "tensor(float32)[2]");
+}
+
+}  // namespace
+}  // namespace basalt
