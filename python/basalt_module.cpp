@@ -473,6 +473,32 @@ py::dict memory_stats(const PySession& ps) {
   d["last_run_arena_bytes"] = st.last_run_arena_bytes;
   d["peak_run_bytes"] = st.peak_run_bytes;
   d["memory_limit"] = st.memory_limit;
+  d["arena_maps"] = st.arena_maps;
+  d["heap_fallbacks"] = st.heap_fallbacks;
+  d["unplanned_alias_runs"] = st.unplanned_alias_runs;
+  d["last_run_heap_bytes"] = st.last_run_heap_bytes;
+  return d;
+}
+
+py::dict plan_memory(const PySession& ps, const std::map<std::string, std::vector<int64_t>>& shapes) {
+  std::map<std::string, basalt::Shape> m(shapes.begin(), shapes.end());
+  basalt::MemoryPlanReport r;
+  {
+    py::gil_scoped_release nogil;
+    r = ps.s->plan_memory(m);
+  }
+  py::dict d;
+  d["key"] = r.key;
+  d["arena_bytes"] = r.arena_bytes;
+  d["tensor_bytes"] = r.tensor_bytes;
+  d["workspace_bytes"] = r.workspace_bytes;
+  d["inputs_bytes"] = r.inputs_bytes;
+  d["outputs_bytes"] = r.outputs_bytes;
+  d["weights_bytes"] = r.weights_bytes;
+  d["packed_weights_bytes"] = r.packed_weights_bytes;
+  d["peak_bytes"] = r.peak_bytes;
+  d["planned_tensors"] = r.planned_tensors;
+  d["dynamic_values"] = r.dynamic_values;
   return d;
 }
 
@@ -504,6 +530,9 @@ PYBIND11_MODULE(basalt, m) {
       .def_readwrite("memory_limit", &basalt::SessionOptions::memory_limit,
                      "Bytes; 0 = no limit. A run whose memory plan needs more raises MemoryLimitError before "
                      "allocating; the session stays usable for smaller inputs.")
+      .def_readwrite("memory_plan", &basalt::SessionOptions::memory_plan,
+                     "Run in one planned arena per input-shape signature (default). Off: every tensor comes from "
+                     "the heap; the plan is still made for the memory limit.")
       .def_readwrite("shared_pool", &basalt::SessionOptions::shared_pool,
                      "Use the process-wide thread pool (shared by every session that sets this) instead of an own one.")
       .def_property(
@@ -592,6 +621,11 @@ PYBIND11_MODULE(basalt, m) {
            "weight_bytes_in_place (used in place from the mapped file), weight_bytes_copied, packed_weight_bytes "
            "(copies kernels made in packed layouts), model_file_bytes, plan_cache_hits/misses/evictions/entries/"
            "bytes, arena_bytes, last_run_arena_bytes, peak_run_bytes, memory_limit.")
+      .def("plan_memory", &plan_memory, py::arg("shapes"),
+           "Plans the memory of a run with these input shapes ({name: [dims]}) without running it and returns "
+           "the plan in bytes: arena_bytes, workspace_bytes, inputs_bytes, outputs_bytes, weights_bytes, "
+           "packed_weights_bytes, peak_bytes, plus dynamic_values (sizes that depend on data). Planning never "
+           "fails on memory_limit; run() does, before allocating, when peak_bytes exceeds it.")
       .def(
           "end_profiling",
           [](const PySession& ps, const std::string& path) {

@@ -182,9 +182,32 @@ typedef struct basalt_memory_stats {
   uint64_t last_run_arena_bytes;    /* planned arena of the last run */
   uint64_t peak_run_bytes;          /* largest planned peak of any run */
   uint64_t memory_limit;            /* 0 = none */
+  uint64_t arena_maps;              /* arenas mapped since the session was created */
+  uint64_t heap_fallbacks;          /* planned tensors that came from the heap (prediction missed) */
+  uint64_t unplanned_alias_runs;    /* runs that left the arena early */
+  uint64_t last_run_heap_bytes;     /* bytes the last run took from the heap */
 } basalt_memory_stats;
 /* Fills *stats (whose struct_size the caller sets). Thread-safe. Since API version 2. */
 BASALT_C_EXPORT basalt_status* basalt_session_memory_stats(const basalt_session* session, basalt_memory_stats* stats);
+
+/* The memory plan of one input-shape signature, made without running (see `basalt plan`). */
+typedef struct basalt_memory_plan {
+  size_t struct_size;               /* in: sizeof(basalt_memory_plan) */
+  uint64_t arena_bytes;             /* one arena holds every planned intermediate and workspace */
+  uint64_t tensor_bytes;            /* the planned intermediates before reuse */
+  uint64_t workspace_bytes;         /* largest kernel workspace */
+  uint64_t inputs_bytes, outputs_bytes;
+  uint64_t weights_bytes, packed_weights_bytes;
+  uint64_t peak_bytes;              /* weights + packed + arena + inputs + outputs */
+  uint64_t dynamic_values;          /* values whose size depends on data (not in peak_bytes) */
+} basalt_memory_plan;
+/* Plans a run with inputs names[i] of shape shapes[i] (ranks[i] dims), i < count, without running.
+ * Inputs not named keep their default or fixed dims. Planning does not fail on the memory limit:
+ * compare peak_bytes with it (a run over the limit fails with BASALT_STATUS_MEMORY_LIMIT before
+ * allocating). Since API version 2. */
+BASALT_C_EXPORT basalt_status* basalt_session_plan_memory(const basalt_session* session, const char* const* names,
+                                                          const int64_t* const* shapes, const size_t* ranks,
+                                                          size_t count, basalt_memory_plan* plan);
 
 /* Writes the profile recorded so far as a Chrome trace to `path` (NULL or "" = the options'
  * profile_path). Fails with BASALT_STATUS_INVALID_ARGUMENT when profiling is off or no path is known. */

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <limits>
 #include <memory>
 #include <new>
@@ -318,8 +319,46 @@ basalt_status* basalt_session_memory_stats(const basalt_session* session, basalt
     r.last_run_arena_bytes = m.last_run_arena_bytes;
     r.peak_run_bytes = m.peak_run_bytes;
     r.memory_limit = m.memory_limit;
+    r.arena_maps = m.arena_maps;
+    r.heap_fallbacks = m.heap_fallbacks;
+    r.unplanned_alias_runs = m.unplanned_alias_runs;
+    r.last_run_heap_bytes = m.last_run_heap_bytes;
     std::memcpy(stats, &r, kV2);
     if (struct_size > kV2) std::memset(reinterpret_cast<unsigned char*>(stats) + kV2, 0, struct_size - kV2);
+  });
+}
+
+basalt_status* basalt_session_plan_memory(const basalt_session* session, const char* const* names,
+                                          const int64_t* const* shapes, const size_t* ranks, size_t count,
+                                          basalt_memory_plan* plan) {
+  return guarded([&] {
+    if (!session) invalid("session is NULL");
+    if (!plan) invalid("plan is NULL");
+    if (plan->struct_size < sizeof(basalt_memory_plan) || plan->struct_size > kMaxStructSize)
+      invalid("basalt_memory_plan.struct_size is " + std::to_string(plan->struct_size) + "; set it to sizeof(basalt_memory_plan)");
+    if (count && (!names || !shapes || !ranks)) invalid("names, shapes and ranks must not be NULL when count > 0");
+    std::map<std::string, basalt::Shape> m;
+    for (size_t i = 0; i < count; ++i) {
+      if (!names[i]) invalid("names[" + std::to_string(i) + "] is NULL");
+      if (ranks[i] && !shapes[i]) invalid("shapes[" + std::to_string(i) + "] is NULL");
+      if (ranks[i] > 64) invalid("ranks[" + std::to_string(i) + "] is " + std::to_string(ranks[i]) + " (at most 64)");
+      m[names[i]] = basalt::Shape(shapes[i], shapes[i] + ranks[i]);
+    }
+    basalt::MemoryPlanReport r = session->session->plan_memory(m);
+    size_t struct_size = plan->struct_size;
+    basalt_memory_plan o{};
+    o.struct_size = struct_size;
+    o.arena_bytes = r.arena_bytes;
+    o.tensor_bytes = r.tensor_bytes;
+    o.workspace_bytes = r.workspace_bytes;
+    o.inputs_bytes = r.inputs_bytes;
+    o.outputs_bytes = r.outputs_bytes;
+    o.weights_bytes = r.weights_bytes;
+    o.packed_weights_bytes = r.packed_weights_bytes;
+    o.peak_bytes = r.peak_bytes;
+    o.dynamic_values = r.dynamic_values.size();
+    std::memcpy(plan, &o, sizeof o);
+    if (struct_size > sizeof o) std::memset(reinterpret_cast<unsigned char*>(plan) + sizeof o, 0, struct_size - sizeof o);
   });
 }
 

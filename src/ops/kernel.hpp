@@ -45,6 +45,10 @@ class OpKernel {
   // Packed copies are owned by the kernel; report their size in packed_bytes().
   virtual void prepare(const PrepareContext&) {}
   virtual size_t packed_bytes() const { return 0; }
+  // True when prepare() made a copy of constant input `input` that compute() uses instead of the
+  // original whenever that input's data is the original's or null. The runtime then drops the
+  // original once no other node reads it (its data becomes null; shape and dtype stay).
+  virtual bool replaces_constant(int input) const { return false; }
   // Scratch memory compute() asks for through KernelContext::workspace(), for these input
   // shapes and the session's thread count. The memory planner puts it in the run's arena.
   virtual size_t workspace_bytes(std::span<const Shape> input_shapes, int threads) const { return 0; }

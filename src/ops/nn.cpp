@@ -484,6 +484,7 @@ class ConvKernel final : public OpKernel {
     packed_src_ = w->raw();
   }
   size_t packed_bytes() const override { return packed_.bytes(); }
+  bool replaces_constant(int input) const override { return input == 1 && packed_bytes() > 0; }
   size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
     if (in.size() < 2 || (in[1].size() != 3 && in[1].size() != 4)) return 0;
     kernels::Conv2dShape s = weight_shape(in[1]);
@@ -565,7 +566,7 @@ class ConvKernel final : public OpKernel {
       const kernels::GemmArch& arch = kernels::gemm_arch_best();
       // The packed copy is used only for the very tensor it was made from: an initializer that is
       // also a graph input can be overridden by a feed.
-      const bool use_packed = !packed_.groups.empty() && W.shape() == packed_shape_ && W.raw() == packed_src_;
+      const bool use_packed = !packed_.groups.empty() && W.shape() == packed_shape_ && (W.raw() == packed_src_ || W.raw() == nullptr);
       size_t ws = size_t(kernels::conv2d_workspace_floats(arch, s, use_packed)) * sizeof(float) + 128;
       float* work = s.is_depthwise() ? nullptr : static_cast<float*>(ctx.workspace(ws));
       kernels::conv2d(arch, s, xf.data<float>(), wf.data<float>(), use_packed ? &packed_ : nullptr, bias, res, act_, y,
@@ -1273,6 +1274,7 @@ class MatMulKernel final : public OpKernel {
     packed_src_ = b->raw();
   }
   size_t packed_bytes() const override { return packed_.bytes(); }
+  bool replaces_constant(int input) const override { return input == 1 && packed_bytes() > 0; }
   size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
     if (in.size() < 2) return 0;
     MatMulDims d = matmul_dims(in[0], in[1], ta_, tb_);
@@ -1311,7 +1313,7 @@ class MatMulKernel final : public OpKernel {
     Tensor ylocal;
     if (!f32) ylocal = Tensor::uninit(DType::Float, ys);
     Tensor& yt = f32 ? ctx.output_uninit(0, DType::Float, ys) : ylocal;
-    const bool use_packed = !packed_.data.empty() && B.shape() == packed_shape_ && B.raw() == packed_src_;
+    const bool use_packed = !packed_.data.empty() && B.shape() == packed_shape_ && (B.raw() == packed_src_ || B.raw() == nullptr);
     Plan p = plan(d, use_packed, ctx.threads());
     float* work = p.bytes ? static_cast<float*>(ctx.workspace(p.bytes)) : nullptr;
 
@@ -1407,6 +1409,7 @@ class GemmKernel final : public OpKernel {
     packed_src_ = b->raw();
   }
   size_t packed_bytes() const override { return packed_.bytes(); }
+  bool replaces_constant(int input) const override { return input == 1 && packed_bytes() > 0; }
   size_t workspace_bytes(std::span<const Shape> in, int) const override {
     if (in.size() < 2 || in[0].size() != 2 || in[1].size() != 2) return 0;
     int64_t M = ta_ ? in[0][1] : in[0][0], K = ta_ ? in[0][0] : in[0][1], N = tb_ ? in[1][0] : in[1][1];
@@ -1469,7 +1472,7 @@ class GemmKernel final : public OpKernel {
       }
     }
     Tensor& Y = ctx.output_uninit(0, DType::Float, {M, N});
-    const bool use_packed = !packed_.data.empty() && B.shape() == packed_shape_ && B.raw() == packed_src_;
+    const bool use_packed = !packed_.data.empty() && B.shape() == packed_shape_ && (B.raw() == packed_src_ || B.raw() == nullptr);
     size_t bytes = ws_bytes(M, N, K, use_packed);
     float* work = static_cast<float*>(ctx.workspace(bytes));
     kernels::GemmOperand opa, opb;

@@ -26,10 +26,12 @@ struct Model {
   std::shared_ptr<const void> file_bytes;
   size_t file_size = 0;
   std::vector<std::string> unsupported;    // "Op (domain, opset N) at node 'x'"
-  size_t weight_bytes = 0;                 // all constant tensors
+  size_t weight_bytes = 0;                 // constant tensors held (recounted after kernels are prepared)
   size_t weight_bytes_in_place = 0;        // of which used in place from the mapped file(s)
   std::string path;                        // empty when loaded from memory
   int64_t kernel_create_ns = 0;            // time spent in kernel factories and prepare (all graphs)
+  size_t weight_bytes_released = 0;        // originals dropped after packing (not in weight_bytes)
+  size_t weight_bytes_released_in_place = 0;  // of those, views of the file
   size_t packed_weight_bytes = 0;          // copies kernels made of weights at prepare (packing)
   // Graph optimization (src/opt), run by Session::create before create_kernels: its wall time
   // (start/end on the profiler clock, 0 when not run) and what it did.

@@ -18,9 +18,25 @@ static void release_file_pages(const void* p, size_t n) {
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
+// Readers of each constant value in g (node inputs and implicit inputs); graph inputs and outputs
+// count as readers that never let go.
+static std::vector<int> constant_readers(const Graph& g) {
+  std::vector<int> r(g.values.size(), 0);
+  for (const auto& n : g.nodes) {
+    for (int v : n.inputs)
+      if (v >= 0) ++r[size_t(v)];
+    for (int v : n.implicit_inputs)
+      if (v >= 0) ++r[size_t(v)];
+  }
+  for (int v : g.inputs) r[size_t(v)] += 1 << 20;
+  for (int v : g.outputs) r[size_t(v)] += 1 << 20;
+  return r;
+}
+
 static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, int threads) {
   const OpRegistry& reg = OpRegistry::instance();
   std::vector<const Tensor*> consts;
+  std::vector<int> readers = constant_readers(g);
   for (auto& n : g.nodes) {
     for (auto& a : n.attrs) {
       if (a.g) create_graph_kernels(*a.g, m, opts, threads);
@@ -61,6 +77,21 @@ static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, in
       if (n.kernel->packed_bytes() > 0 && !m.path.empty())
         for (const Tensor* t : consts)
           if (t && t->storage() && !t->storage()->owned && t->nbytes()) release_file_pages(t->raw(), t->nbytes());
+      // A weight that every reader replaced with its own packed copy is dropped: its memory (an
+      // owned copy, or its share of the file mapping) is given back, and it keeps only its shape
+      // and dtype, so weight memory is not held twice.
+      for (size_t i = 0; i < consts.size(); ++i) {
+        if (!consts[i] || !n.kernel->replaces_constant(int(i))) continue;
+        int v = n.inputs[i];
+        if (--readers[size_t(v)] != 0) continue;
+        Tensor& w = g.values[size_t(v)].initializer;
+        if (!w.raw()) continue;
+        size_t bytes = w.nbytes();
+        bool in_place = w.storage() && !w.storage()->owned;
+        w = Tensor::view(w.dtype(), w.shape(), nullptr, nullptr);
+        m.weight_bytes_released += bytes;
+        if (in_place) m.weight_bytes_released_in_place += bytes;
+      }
     }
     m.kernel_create_ns +=
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - k0).count();
@@ -68,8 +99,25 @@ static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, in
   g.finalize();
 }
 
+// Weight bytes held now (after optimization folded some and packing dropped others).
+static void count_held_weights(const Graph& g, Model& m) {
+  for (const auto& v : g.values) {
+    if (!v.is_initializer || !v.initializer.raw()) continue;
+    m.weight_bytes += v.initializer.nbytes();
+    if (v.initializer.storage() && !v.initializer.storage()->owned) m.weight_bytes_in_place += v.initializer.nbytes();
+  }
+  for (const auto& n : g.nodes)
+    for (const auto& a : n.attrs) {
+      if (a.g) count_held_weights(*a.g, m);
+      for (const auto& sg : a.graphs) count_held_weights(*sg, m);
+    }
+}
+
 void create_kernels(Model& m, const LoadOptions& opts, int threads) {
-  if (m.graph) create_graph_kernels(*m.graph, m, opts, threads);
+  if (!m.graph) return;
+  create_graph_kernels(*m.graph, m, opts, threads);
+  m.weight_bytes = m.weight_bytes_in_place = 0;
+  count_held_weights(*m.graph, m);
 }
 
 }  // namespace basalt

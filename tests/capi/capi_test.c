@@ -563,6 +563,21 @@ static void test_options_v2_and_memory_stats(void) {
   if (s) OK(basalt_session_memory_stats(s, &st));
   CHECK(st.memory_limit == 0);
   CHECK(st.weights_in_place_bytes <= st.weights_bytes);
+  {
+    const char* names[1] = {"x"};
+    int64_t dims[3] = {3, 4, 5};
+    const int64_t* shapes[1] = {dims};
+    size_t ranks[1] = {3};
+    basalt_memory_plan plan;
+    memset(&plan, 0xFF, sizeof plan);
+    plan.struct_size = sizeof plan;
+    if (s) OK(basalt_session_plan_memory(s, names, shapes, ranks, 1, &plan));
+    CHECK(plan.inputs_bytes == 2 * 60 * 4 && plan.outputs_bytes == 60 * 4);
+    CHECK(plan.peak_bytes >= plan.inputs_bytes + plan.outputs_bytes);
+    basalt_memory_plan small_plan = {.struct_size = 8};
+    if (s) EXPECT_ERROR(basalt_session_plan_memory(s, names, shapes, ranks, 1, &small_plan), BASALT_STATUS_INVALID_ARGUMENT,
+                        "struct_size");
+  }
   basalt_memory_stats bad = {.struct_size = 4};
   if (s) EXPECT_ERROR(basalt_session_memory_stats(s, &bad), BASALT_STATUS_INVALID_ARGUMENT, "struct_size");
   EXPECT_ERROR(basalt_session_memory_stats(NULL, &st), BASALT_STATUS_INVALID_ARGUMENT, "session is NULL");

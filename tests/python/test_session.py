@@ -422,3 +422,21 @@ def test_session_options_pool_spin_level_plan_cache():
     for k in ("packed_weight_bytes", "plan_cache_hits", "plan_cache_misses", "plan_cache_evictions",
               "plan_cache_entries", "arena_bytes", "peak_run_bytes"):
         assert k in st and st[k] >= 0
+
+
+def test_plan_memory_without_running_and_limit():
+    if not DET.exists():
+        pytest.skip(f"{DET} not present")
+    s = basalt.InferenceSession(str(DET))
+    p = s.plan_memory({"x": [1, 3, 320, 320]})
+    assert p["arena_bytes"] > 0 and p["peak_bytes"] >= p["arena_bytes"] + p["inputs_bytes"]
+    assert p["inputs_bytes"] == 3 * 320 * 320 * 4
+    assert s.memory_stats()["plan_cache_entries"] >= 1
+    o = basalt.SessionOptions()
+    o.memory_limit = p["peak_bytes"] // 2
+    small = basalt.InferenceSession(str(DET), o)
+    assert small.plan_memory({"x": [1, 3, 320, 320]})["peak_bytes"] > o.memory_limit  # planning never fails on the limit
+    with pytest.raises(basalt.MemoryLimitError, match="more than the memory limit"):
+        small.run(None, {"x": np.zeros((1, 3, 320, 320), np.float32)})
+    out = small.run(None, {"x": np.zeros((1, 3, 64, 64), np.float32)})  # still usable for smaller inputs
+    assert out[0].shape[-2:] == (64, 64)
