@@ -30,6 +30,10 @@ int64_t parse_int_arg(const std::string& opt, const std::string& s, int64_t lo =
 
 // Parses input options at args[i] (advancing i). Returns false if args[i] is not one of them.
 bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSpec& spec);
+// Session options shared by run, profile, bench and plan: --threads N, --memory-limit BYTES,
+// --no-arena, --opt-level none|basic|extended|all, --spin-us US. Returns true when args[i] was one
+// (i then points at its last word); usage errors throw UsageError.
+bool parse_session_option(const std::vector<std::string>& args, size_t& i, SessionOptions& opts);
 // Builds the feeds for a session from the spec (files, shapes, seeded random fill).
 std::vector<std::pair<std::string, Value>> make_inputs(const Session& s, const InputSpec& spec);
 // "float32 [1,3,224,224] min=.. max=.. mean=.."

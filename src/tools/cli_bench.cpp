@@ -86,7 +86,7 @@ int cmd_bench(const std::vector<std::string>& args) {
   bool json = false, concurrency_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (parse_input_option(args, i, spec)) continue;
+    if (parse_input_option(args, i, spec) || parse_session_option(args, i, opts)) continue;
     auto value = [&]() -> std::string {
       if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
       return args[++i];

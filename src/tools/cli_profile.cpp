@@ -38,7 +38,7 @@ int cmd_profile(const std::vector<std::string>& args) {
   int64_t iters = 1, warmup = 1, top = 15;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (parse_input_option(args, i, spec)) continue;
+    if (parse_input_option(args, i, spec) || parse_session_option(args, i, opts)) continue;
     auto value = [&]() -> std::string {
       if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
       return args[++i];

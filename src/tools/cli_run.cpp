@@ -1,5 +1,6 @@
 #include "runtime/model.hpp"
 #include "tools/cli.hpp"
+#include "opt/optimizer.hpp"
 #include "tools/npy.hpp"
 
 #include <nlohmann/json.hpp>
@@ -244,22 +245,42 @@ static double peak_rss_mb() {
   return double(ru.ru_maxrss) / 1024.0;
 }
 
+bool parse_session_option(const std::vector<std::string>& args, size_t& i, SessionOptions& opts) {
+  const std::string& a = args[i];
+  auto value = [&]() -> const std::string& {
+    if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
+    return args[++i];
+  };
+  if (a == "--threads") {
+    opts.threads = int(parse_int_arg(a, value(), 1));
+  } else if (a == "--memory-limit") {
+    if (i + 1 >= args.size()) throw UsageError("--memory-limit needs a value in bytes");
+    opts.memory_limit = uint64_t(parse_int_arg(a, value(), 0));
+  } else if (a == "--no-arena") {
+    opts.memory_plan = false;
+  } else if (a == "--opt-level") {
+    const std::string& v = value();
+    try {
+      opts.optimization_level = int(parse_opt_level(v));
+    } catch (const Error&) {
+      throw UsageError("--opt-level must be none, basic, extended or all (or 0..3), got '" + v + "'");
+    }
+  } else if (a == "--spin-us") {
+    opts.spin_us = int(parse_int_arg(a, value(), 0));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   InputSpec spec;
   std::string model, outdir;
   SessionOptions opts;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (parse_input_option(args, i, spec)) continue;
-    if (a == "--threads") {
-      if (i + 1 >= args.size()) throw UsageError("--threads needs a value");
-      opts.threads = int(parse_int_arg(a, args[++i], 1));
-    } else if (a == "--memory-limit") {
-      if (i + 1 >= args.size()) throw UsageError("--memory-limit needs a value in bytes");
-      opts.memory_limit = uint64_t(parse_int_arg(a, args[++i], 0));
-    } else if (a == "--no-arena") {
-      opts.memory_plan = false;
-    } else if (a == "--output-dir") {
+    if (parse_input_option(args, i, spec) || parse_session_option(args, i, opts)) continue;
+    if (a == "--output-dir") {
       if (i + 1 >= args.size()) throw UsageError("--output-dir needs a value");
       outdir = args[++i];
     } else if (a == "--profile") {
