@@ -455,6 +455,39 @@ py::list run_session(const PySession& ps, py::object output_names, py::object in
   return result;
 }
 
+// IO binding: output arrays given by the caller (C-contiguous, writable, the exact dtype) are
+// filled in place; the kernel that produces an output writes straight into the array.
+void run_into_session(const PySession& ps, py::dict outputs, py::object input_feed) {
+  const basalt::Session& s = *ps.s;
+  if (!py::isinstance<py::dict>(input_feed)) throw py::type_error("input_feed must be a dict {input name: numpy array}");
+  Keep keep;
+  std::vector<std::pair<std::string, Value>> feeds;
+  for (auto [k, v] : py::reinterpret_borrow<py::dict>(input_feed)) {
+    if (!py::isinstance<py::str>(k)) throw py::type_error("input_feed keys must be str (input names)");
+    std::string name = k.cast<std::string>();
+    const basalt::IoInfo* io = nullptr;
+    for (const auto& i : s.inputs())
+      if (i.name == name) io = &i;
+    feeds.emplace_back(name, to_value(v, io, name, keep));
+  }
+  std::vector<std::pair<std::string, Tensor>> bind;
+  for (auto [k, v] : outputs) {
+    if (!py::isinstance<py::str>(k)) throw py::type_error("outputs keys must be str (output names)");
+    std::string name = k.cast<std::string>();
+    if (!py::isinstance<py::array>(v)) throw py::type_error("outputs['" + name + "'] must be a numpy array");
+    py::array a = py::reinterpret_borrow<py::array>(v);
+    if (!(a.flags() & py::array::c_style)) throw py::value_error("outputs['" + name + "'] must be C-contiguous");
+    if (!a.writeable()) throw py::value_error("outputs['" + name + "'] must be writable");
+    DType t = from_numpy(a.dtype());
+    if (t == DType::String || t == DType::Undefined)
+      throw py::value_error("outputs['" + name + "'] has a dtype that cannot be bound");
+    keep.arrays.push_back(a);
+    bind.emplace_back(name, Tensor::view(t, shape_of(a), a.mutable_data(), nullptr));
+  }
+  py::gil_scoped_release nogil;
+  s.run_into(feeds, bind);
+}
+
 py::dict memory_stats(const PySession& ps) {
   const basalt::Model& m = ps.s->model();
   basalt::MemoryStats st = ps.s->memory_stats();
@@ -621,6 +654,10 @@ PYBIND11_MODULE(basalt, m) {
            "weight_bytes_in_place (used in place from the mapped file), weight_bytes_copied, packed_weight_bytes "
            "(copies kernels made in packed layouts), model_file_bytes, plan_cache_hits/misses/evictions/entries/"
            "bytes, arena_bytes, last_run_arena_bytes, peak_run_bytes, memory_limit.")
+      .def("run_into", &run_into_session, py::arg("outputs"), py::arg("input_feed"),
+           "IO binding: runs the model and writes each output named in `outputs` ({name: numpy array}, "
+           "C-contiguous, writable, exactly the output's dtype and shape) in place. Kernels write straight "
+           "into the arrays; a mismatch raises InvalidArgumentError naming the output.")
       .def("plan_memory", &plan_memory, py::arg("shapes"),
            "Plans the memory of a run with these input shapes ({name: [dims]}) without running it and returns "
            "the plan in bytes: arena_bytes, workspace_bytes, inputs_bytes, outputs_bytes, weights_bytes, "

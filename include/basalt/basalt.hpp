@@ -116,6 +116,14 @@ class Session {
   std::vector<Value> run(const std::vector<std::pair<std::string, Value>>& feeds,
                          const std::vector<std::string>& output_names = {}) const;
 
+  // IO binding: runs the model and writes the outputs named in `outputs` into the caller's tensors
+  // (e.g. Tensor::view of preallocated buffers). Each must have exactly the dtype and shape the run
+  // produces, else InvalidArgument naming the output (nothing else is written then). A kernel that
+  // produces a bound output writes straight into the buffer; an output forwarded from elsewhere
+  // (Identity of an input, a weight) is copied in. String outputs cannot be bound.
+  void run_into(const std::vector<std::pair<std::string, Value>>& feeds,
+                const std::vector<std::pair<std::string, Tensor>>& outputs) const;
+
   // Counters and sizes; cheap, thread-safe.
   MemoryStats memory_stats() const;
 
@@ -137,6 +145,8 @@ class Session {
  private:
   Session() = default;
   void make_outputs_private(std::vector<Value>& outs, const std::vector<Value>& ins) const;
+  std::vector<Value> run_impl(const std::vector<std::pair<std::string, Value>>& feeds,
+                              const std::vector<std::string>& output_names, const std::vector<Tensor>* bound) const;
   static std::unique_ptr<Session> create(std::shared_ptr<Model> m, const SessionOptions& opts);
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -312,6 +312,17 @@ BASALT_C_EXPORT basalt_status* basalt_session_run(const basalt_session* session,
                                                   const char* const* output_names, basalt_tensor** outputs,
                                                   size_t output_count);
 
+/* IO binding: runs like basalt_session_run, but writes output output_names[i] into the caller's
+ * tensor outputs[i] (typically basalt_tensor_create_view of a preallocated buffer), i < output_count.
+ * Each must have exactly the dtype and shape the run produces, else BASALT_STATUS_INVALID_ARGUMENT
+ * naming the output. A kernel that produces a bound output writes straight into its memory; an
+ * output forwarded from elsewhere (an Identity of an input) is copied in. Outputs not named are
+ * computed and dropped. String outputs cannot be bound. Since API version 2. */
+BASALT_C_EXPORT basalt_status* basalt_session_run_into(const basalt_session* session, const basalt_run_options* options,
+                                                       const char* const* input_names, const basalt_tensor* const* inputs,
+                                                       size_t input_count, const char* const* output_names,
+                                                       basalt_tensor* const* outputs, size_t output_count);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -470,6 +470,31 @@ basalt_status* basalt_tensor_set_string(basalt_tensor* tensor, int64_t index, co
 
 // ---- running ----
 
+basalt_status* basalt_session_run_into(const basalt_session* session, const basalt_run_options* options,
+                                       const char* const* input_names, const basalt_tensor* const* inputs,
+                                       size_t input_count, const char* const* output_names, basalt_tensor* const* outputs,
+                                       size_t output_count) {
+  return guarded([&] {
+    if (!session) invalid("session is NULL");
+    if (options) check_in_struct(options, options->struct_size, sizeof(size_t), sizeof(basalt_run_options), "basalt_run_options");
+    if (input_count && (!input_names || !inputs)) invalid("input_names or inputs is NULL but input_count is " + std::to_string(input_count));
+    if (output_count && (!outputs || !output_names))
+      invalid("output_names or outputs is NULL but output_count is " + std::to_string(output_count));
+    std::vector<std::pair<std::string, Value>> feeds;
+    for (size_t i = 0; i < input_count; ++i) {
+      if (!input_names[i]) invalid("input_names[" + std::to_string(i) + "] is NULL");
+      feeds.emplace_back(input_names[i], inputs[i] ? Value(inputs[i]->tensor) : Value());
+    }
+    std::vector<std::pair<std::string, Tensor>> bind;
+    for (size_t i = 0; i < output_count; ++i) {
+      if (!output_names[i]) invalid("output_names[" + std::to_string(i) + "] is NULL");
+      if (!outputs[i]) invalid("outputs[" + std::to_string(i) + "] is NULL");
+      bind.emplace_back(output_names[i], outputs[i]->tensor);
+    }
+    session->session->run_into(feeds, bind);
+  });
+}
+
 basalt_status* basalt_session_run(const basalt_session* session, const basalt_run_options* options,
                                   const char* const* input_names, const basalt_tensor* const* inputs,
                                   size_t input_count, const char* const* output_names, basalt_tensor** outputs,

@@ -102,6 +102,10 @@ struct RunContext {
   RunProfile* profile = nullptr;  // non-null: record every node (runtime/profiler.hpp); null = off
   // The memory plan and arena of this run (runtime/planner.hpp); null = every tensor on the heap.
   ArenaRun* arena = nullptr;
+  // IO binding (Session::run_into): caller tensors by value id of `bound_graph` (the top-level
+  // graph). A node producing a bound value with the same dtype and shape writes straight into it.
+  const Graph* bound_graph = nullptr;
+  const std::vector<Tensor>* bound = nullptr;
 };
 
 class KernelContext {

@@ -27,6 +27,20 @@ bool KernelContext::requested(int i) const { return node_.outputs[size_t(i)] >= 
 // Outputs and workspaces come from the run's arena when the plan has a slot of exactly this
 // dtype and shape (ArenaRun checks); otherwise from the heap, counted against the memory limit.
 static Tensor make_output(KernelContext& ctx, int i, DType dtype, const Shape& shape, bool zero) {
+  const RunContext& rc = ctx.run();
+  if (rc.bound && dtype != DType::String) {
+    const auto& nodes = rc.bound_graph->nodes;
+    const Node* n = &ctx.node();
+    int v = n->outputs[size_t(i)];
+    if (!nodes.empty() && n >= nodes.data() && n < nodes.data() + nodes.size() && v >= 0 &&
+        size_t(v) < rc.bound->size()) {
+      const Tensor& b = (*rc.bound)[size_t(v)];
+      if (b.defined() && b.raw() && b.dtype() == dtype && b.shape() == shape) {
+        if (zero && b.nbytes()) std::memset(const_cast<void*>(b.raw()), 0, b.nbytes());
+        return b;
+      }
+    }
+  }
   ArenaRun* ar = ctx.run().arena;
   if (ar) {
     if (void* p = ar->output(ctx.node(), i, dtype, shape)) {

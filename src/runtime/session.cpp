@@ -8,6 +8,7 @@
 #include "runtime/thread_pool.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <cstdio>
 #include <malloc.h>
@@ -233,6 +234,52 @@ void Session::make_outputs_private(std::vector<Value>& outs, const std::vector<V
 
 std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>& feeds,
                                 const std::vector<std::string>& output_names) const {
+  return run_impl(feeds, output_names, nullptr);
+}
+
+void Session::run_into(const std::vector<std::pair<std::string, Value>>& feeds,
+                       const std::vector<std::pair<std::string, Tensor>>& outputs) const {
+  const Graph& g = *impl_->model->graph;
+  std::vector<Tensor> bound(g.values.size());
+  std::vector<int> which;  // output index per binding
+  for (const auto& [name, t] : outputs) {
+    size_t k = 0;
+    while (k < impl_->outputs.size() && impl_->outputs[k].name != name) ++k;
+    if (k == impl_->outputs.size()) BASALT_THROW(InvalidArgument, "run_into: unknown output '" + name + "'");
+    const IoInfo& io = impl_->outputs[k];
+    int v = g.outputs[k];
+    if (bound[size_t(v)].defined()) BASALT_THROW(InvalidArgument, "run_into: output '" + name + "' bound twice");
+    if (t.dtype() == DType::String) BASALT_THROW(InvalidArgument, "run_into: output '" + name + "': string outputs cannot be bound");
+    if (io.kind != "tensor") BASALT_THROW(InvalidArgument, "run_into: output '" + name + "' is a " + io.kind + ", not a tensor");
+    if (io.dtype != DType::Undefined && t.dtype() != io.dtype)
+      BASALT_THROW(InvalidArgument, "run_into: output '" + name + "' is " + dtype_name(io.dtype) + ", the bound tensor is " +
+                                        dtype_name(t.dtype()));
+    if (t.numel() > 0 && !t.raw()) BASALT_THROW(InvalidArgument, "run_into: output '" + name + "': the bound tensor has no memory");
+    bound[size_t(v)] = t;
+    which.push_back(int(k));
+  }
+  std::vector<Value> res = run_impl(feeds, {}, &bound);
+  // Check every binding before writing any, so a mismatch leaves the caller's buffers untouched
+  // by the copy step (kernels may already have written into matching ones).
+  for (size_t j = 0; j < which.size(); ++j) {
+    const Tensor& b = outputs[j].second;
+    const Value& r = res[size_t(which[j])];
+    const std::string& name = outputs[j].first;
+    if (!r.is_tensor()) BASALT_THROW(InvalidArgument, "run_into: output '" + name + "' produced no tensor");
+    if (r.tensor.dtype() != b.dtype() || r.tensor.shape() != b.shape())
+      BASALT_THROW(InvalidArgument, "run_into: output '" + name + "' is " + dtype_name(r.tensor.dtype()) + " " +
+                                        shape_str(r.tensor.shape()) + ", the bound tensor is " + dtype_name(b.dtype()) + " " +
+                                        shape_str(b.shape()));
+  }
+  for (size_t j = 0; j < which.size(); ++j) {
+    const Tensor& b = outputs[j].second;
+    const Tensor& r = res[size_t(which[j])].tensor;
+    if (r.raw() != b.raw() && b.nbytes()) std::memcpy(const_cast<void*>(b.raw()), r.raw(), b.nbytes());
+  }
+}
+
+std::vector<Value> Session::run_impl(const std::vector<std::pair<std::string, Value>>& feeds,
+                                     const std::vector<std::string>& output_names, const std::vector<Tensor>* bound) const {
   const Graph& g = *impl_->model->graph;
   std::vector<Value> ins(g.inputs.size());
   std::vector<bool> given(g.inputs.size(), false);
@@ -256,6 +303,10 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
   RunContext rc;
   rc.threads = impl_->pool->threads();
   rc.pool = impl_->pool.get();
+  if (bound) {
+    rc.bound = bound;
+    rc.bound_graph = &g;
+  }
 
   // Memory: the plan for this input signature, the limit checked before anything is allocated,
   // then an arena of exactly the planned size (runtime/planner.hpp).
@@ -316,7 +367,20 @@ std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>
   } else {
     outs = execute_graph(g, ins, {}, rc);
   }
-  make_outputs_private(outs, ins);  // outputs viewing the arena are copied out here
+  if (bound) {
+    // Bound outputs stay where they are (run_into copies or checks them); the rest as usual.
+    std::vector<Value> rest;
+    std::vector<size_t> idx;
+    for (size_t k = 0; k < outs.size(); ++k)
+      if (!(*bound)[size_t(g.outputs[k])].defined()) {
+        rest.push_back(outs[k]);
+        idx.push_back(k);
+      }
+    make_outputs_private(rest, ins);
+    for (size_t j = 0; j < idx.size(); ++j) outs[idx[j]] = std::move(rest[j]);
+  } else {
+    make_outputs_private(outs, ins);  // outputs viewing the arena are copied out here
+  }
   impl_->fallbacks += ar.fallbacks;
   impl_->last_heap = ar.heap_bytes;
   if (ar.abandoned) ++impl_->alias_runs;

@@ -602,6 +602,37 @@ static void test_options_v2_and_memory_stats(void) {
   EXPECT_ERROR(basalt_session_create_from_path(g_test_add, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "plan_cache_entries");
 }
 
+/* IO binding: the output lands in the caller's buffer; a wrong shape is refused naming the output. */
+static void test_run_into(void) {
+  basalt_session* s = NULL;
+  OK(basalt_session_create_from_path(g_test_add, NULL, &s));
+  if (!s) return;
+  float x[60], y[60], out[60];
+  for (int i = 0; i < 60; ++i) x[i] = (float)i, y[i] = 1.0f, out[i] = -5.0f;
+  int64_t shape[3] = {3, 4, 5};
+  basalt_tensor* in[2] = {NULL, NULL};
+  OK(basalt_tensor_create_view(BASALT_DTYPE_FLOAT, shape, 3, x, sizeof x, &in[0]));
+  OK(basalt_tensor_create_view(BASALT_DTYPE_FLOAT, shape, 3, y, sizeof y, &in[1]));
+  basalt_tensor* o = NULL;
+  OK(basalt_tensor_create_view(BASALT_DTYPE_FLOAT, shape, 3, out, sizeof out, &o));
+  const char* in_names[2] = {"x", "y"};
+  const char* out_names[1] = {"sum"};
+  OK(basalt_session_run_into(s, NULL, in_names, (const basalt_tensor* const*)in, 2, out_names, &o, 1));
+  int good = 1;
+  for (int i = 0; i < 60; ++i) good &= out[i] == (float)i + 1.0f;
+  CHECK(good);
+  int64_t flat[1] = {60};
+  basalt_tensor* wrong = NULL;
+  OK(basalt_tensor_create_view(BASALT_DTYPE_FLOAT, flat, 1, out, sizeof out, &wrong));
+  EXPECT_ERROR(basalt_session_run_into(s, NULL, in_names, (const basalt_tensor* const*)in, 2, out_names, &wrong, 1),
+               BASALT_STATUS_INVALID_ARGUMENT, "sum");
+  basalt_tensor_destroy(wrong);
+  basalt_tensor_destroy(o);
+  basalt_tensor_destroy(in[0]);
+  basalt_tensor_destroy(in[1]);
+  basalt_session_destroy(s);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1) g_models = argv[1];
   if (argc > 2) g_test_add = argv[2];
@@ -617,6 +648,7 @@ int main(int argc, char** argv) {
       {"struct_size_versioning", test_struct_versioning},
       {"options_threads_memory_limit_allow_unsupported", test_options},
       {"options_v2_and_memory_stats", test_options_v2_and_memory_stats},
+      {"run_into_io_binding", test_run_into},
       {"run_symbolic_caller_and_basalt_memory", test_run_symbolic},
       {"output_outlives_session", test_output_outlives_session},
       {"string_tensors", test_strings},

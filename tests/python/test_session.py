@@ -440,3 +440,18 @@ def test_plan_memory_without_running_and_limit():
         small.run(None, {"x": np.zeros((1, 3, 320, 320), np.float32)})
     out = small.run(None, {"x": np.zeros((1, 3, 64, 64), np.float32)})  # still usable for smaller inputs
     assert out[0].shape[-2:] == (64, 64)
+
+
+def test_run_into_fills_caller_arrays():
+    if not DET.exists():
+        pytest.skip(f"{DET} not present")
+    s = basalt.InferenceSession(str(DET))
+    x = np.random.default_rng(3).uniform(0, 1, (1, 3, 96, 128)).astype(np.float32)
+    ref = s.run(None, {"x": x})[0]
+    out = np.full(ref.shape, -1, np.float32)
+    s.run_into({s.get_outputs()[0].name: out}, {"x": x})
+    assert np.array_equal(out, ref)
+    with pytest.raises(basalt.InvalidArgumentError, match=s.get_outputs()[0].name):
+        s.run_into({s.get_outputs()[0].name: np.zeros((1, 1, 5, 5), np.float32)}, {"x": x})
+    with pytest.raises(ValueError, match="C-contiguous"):
+        s.run_into({s.get_outputs()[0].name: np.zeros(ref.shape[::-1], np.float32).T}, {"x": x})
