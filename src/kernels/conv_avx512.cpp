@@ -24,50 +24,135 @@ inline uint32_t range_mask(int64_t i0, int64_t W, int n) {
   return uint32_t(m);
 }
 
-// One plane of a depthwise conv with KW and the stride known at compile time, so the taps unroll
-// and the four accumulators stay in registers. Rows in the padding read a zero row (the column
-// masks only ever admit [0, W)), which keeps the tap loops free of branches.
-template <int KW, int SW>
-void dw_plane(const Conv2dShape& s, const float* xc, const __m512* wz, const int64_t* off, const uint32_t* mask,
-              int64_t nblk, const float* zero_row, float* yc) {
-  const int64_t H = s.H, W = s.W, OW = s.OW, KH = s.KH;
+// One plane of a depthwise conv with KW and the stride known at compile time, so the taps of a
+// kernel row unroll. Output row by output row, 16 columns at a time, one accumulator that stays
+// in a register (the blocks are independent, so out-of-order execution overlaps their FMA chains).
+// Rows in the padding read a zero row (the column masks only ever admit [0, W)), which keeps the
+// tap loops free of branches; blocks whose taps all lie inside the row (`full`) load unmasked.
+// KH0 > 0: the kernel height is KH0 (== s.KH) at compile time and the taps' weights are copied to
+// locals that, once the loops unroll, live in registers (3x3: 9 zmm) instead of being reloaded.
+template <int KW, int SW, int KH0 = 0>
+void dw_plane(const Conv2dShape& s, const float* xc, const __m512* wz_in, const int64_t* off, const uint32_t* mask,
+              const uint8_t* full, int64_t nblk, const float* zero_row, float* yc) {
+  const int64_t H = s.H, W = s.W, OW = s.OW, KH = KH0 > 0 ? KH0 : s.KH;
+  __m512 wloc[KH0 > 0 ? KH0 * KW : 1];
+  if constexpr (KH0 > 0) {
+#pragma GCC unroll 49
+    for (int i = 0; i < KH0 * KW; ++i) wloc[i] = wz_in[i];
+  }
+  const __m512* wz = KH0 > 0 ? wloc : wz_in;
   const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const int64_t units = s.OH * nblk;
-  for (int64_t u0 = 0; u0 < units; u0 += 4) {
-    const int cnt = int(std::min<int64_t>(4, units - u0));
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    int64_t uoh[4], ub[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      int64_t u = u0 + std::min(j, cnt - 1);  // a unit past the end repeats the last one (not stored)
-      uoh[j] = u / nblk;
-      ub[j] = u % nblk;
-    }
-    for (int64_t kh = 0; kh < KH; ++kh) {
-      const __m512* wk = wz + kh * KW;
-#pragma GCC unroll 4
-      for (int j = 0; j < 4; ++j) {
-        int64_t ih = uoh[j] * s.sh - s.pt + kh * s.dh;
-        const float* row = (ih >= 0 && ih < H) ? xc + ih * W : zero_row;
-        const int64_t* ob = off + ub[j] * KW;
-        const uint32_t* mb = mask + ub[j] * KW;
-#pragma GCC unroll 8
-        for (int kw = 0; kw < KW; ++kw) {
-          __m512 v;
-          if constexpr (SW == 1) {
-            v = _mm512_maskz_loadu_ps(__mmask16(mb[kw]), row + ob[kw]);
-          } else {
-            __m512 lo = _mm512_maskz_loadu_ps(__mmask16(mb[kw] & 0xFFFFu), row + ob[kw]);
-            __m512 hi = _mm512_maskz_loadu_ps(__mmask16(mb[kw] >> 16), row + ob[kw] + 16);
-            v = _mm512_permutex2var_ps(lo, even, hi);
-          }
-          acc[j] = _mm512_fmadd_ps(wk[kw], v, acc[j]);
-        }
+  const int tail = int(OW - (nblk - 1) * 16);
+  const __mmask16 tail_mask = __mmask16(tail == 16 ? 0xFFFFu : (1u << tail) - 1u);
+  const float* rows[16];
+  const bool few_rows = KH <= 16;
+  for (int64_t oh = 0; oh < s.OH; ++oh) {
+    float* yr = yc + oh * OW;
+    if (few_rows) {
+      for (int64_t kh = 0; kh < KH; ++kh) {
+        int64_t ih = oh * s.sh - s.pt + kh * s.dh;
+        rows[kh] = (ih >= 0 && ih < H) ? xc + ih * W : zero_row;
       }
     }
-    for (int j = 0; j < cnt; ++j) {
-      int nv = int(std::min<int64_t>(16, OW - ub[j] * 16));
-      _mm512_mask_storeu_ps(yc + uoh[j] * OW + ub[j] * 16, __mmask16(nv == 16 ? 0xFFFFu : (1u << nv) - 1u), acc[j]);
+    for (int64_t b = 0; b < nblk; ++b) {
+      const int64_t* ob = off + b * KW;
+      const uint32_t* mb = mask + b * KW;
+      __m512 acc = _mm512_setzero_ps();
+      if (full[b]) {
+#pragma GCC unroll 8
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const float* row;
+          if (few_rows) {
+            row = rows[kh];
+          } else {
+            int64_t ih = oh * s.sh - s.pt + kh * s.dh;
+            row = (ih >= 0 && ih < H) ? xc + ih * W : zero_row;
+          }
+          const __m512* wk = wz + kh * KW;
+#pragma GCC unroll 8
+          for (int kw = 0; kw < KW; ++kw) {
+            __m512 v;
+            if constexpr (SW == 1) {
+              v = _mm512_loadu_ps(row + ob[kw]);
+            } else {
+              v = _mm512_permutex2var_ps(_mm512_loadu_ps(row + ob[kw]), even, _mm512_loadu_ps(row + ob[kw] + 16));
+            }
+            acc = _mm512_fmadd_ps(wk[kw], v, acc);
+          }
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const float* row;
+          if (few_rows) {
+            row = rows[kh];
+          } else {
+            int64_t ih = oh * s.sh - s.pt + kh * s.dh;
+            row = (ih >= 0 && ih < H) ? xc + ih * W : zero_row;
+          }
+          const __m512* wk = wz + kh * KW;
+#pragma GCC unroll 8
+          for (int kw = 0; kw < KW; ++kw) {
+            __m512 v;
+            if constexpr (SW == 1) {
+              v = _mm512_maskz_loadu_ps(__mmask16(mb[kw]), row + ob[kw]);
+            } else {
+              __m512 lo = _mm512_maskz_loadu_ps(__mmask16(mb[kw] & 0xFFFFu), row + ob[kw]);
+              __m512 hi = _mm512_maskz_loadu_ps(__mmask16(mb[kw] >> 16), row + ob[kw] + 16);
+              v = _mm512_permutex2var_ps(lo, even, hi);
+            }
+            acc = _mm512_fmadd_ps(wk[kw], v, acc);
+          }
+        }
+      }
+      if (b + 1 < nblk) {
+        _mm512_storeu_ps(yr + b * 16, acc);
+      } else {
+        _mm512_mask_storeu_ps(yr + b * 16, tail_mask, acc);
+      }
+    }
+  }
+}
+
+// K x K taps, stride 1 and dilation 1 in both directions: two output rows at a time. They read
+// K + 1 input rows, each loaded once per tap column and used by both accumulators (2K(K+1)
+// loads instead of 2K*K, and two independent FMA chains). The weights live in registers.
+template <int K>
+void dw_plane_s1_2rows(const Conv2dShape& s, const float* xc, const __m512* wz_in, const int64_t* off,
+                       const uint32_t* mask, const uint8_t* full, int64_t nblk, const float* zero_row, float* yc) {
+  const int64_t H = s.H, W = s.W, OW = s.OW, OH = s.OH;
+  __m512 wz[K * K];
+#pragma GCC unroll 25
+  for (int i = 0; i < K * K; ++i) wz[i] = wz_in[i];
+  const int tail = int(OW - (nblk - 1) * 16);
+  const __mmask16 tail_mask = __mmask16(tail == 16 ? 0xFFFFu : (1u << tail) - 1u);
+  for (int64_t oh = 0; oh < OH; oh += 2) {
+    const bool two = oh + 1 < OH;
+    const float* rows[K + 1];
+#pragma GCC unroll 8
+    for (int r = 0; r <= K; ++r) {
+      int64_t ih = oh - s.pt + r;
+      rows[r] = (ih >= 0 && ih < H) ? xc + ih * W : zero_row;
+    }
+    float* y0 = yc + oh * OW;
+    float* y1 = two ? y0 + OW : nullptr;
+    for (int64_t b = 0; b < nblk; ++b) {
+      const int64_t* ob = off + b * K;
+      const uint32_t* mb = mask + b * K;
+      const bool f = full[b] != 0;
+      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+#pragma GCC unroll 8
+      for (int r = 0; r <= K; ++r) {
+#pragma GCC unroll 8
+        for (int kw = 0; kw < K; ++kw) {
+          __m512 v = f ? _mm512_loadu_ps(rows[r] + ob[kw]) : _mm512_maskz_loadu_ps(__mmask16(mb[kw]), rows[r] + ob[kw]);
+          if (r < K) a0 = _mm512_fmadd_ps(wz[r * K + kw], v, a0);
+          if (r >= 1) a1 = _mm512_fmadd_ps(wz[(r - 1) * K + kw], v, a1);
+        }
+      }
+      const __mmask16 m = b + 1 < nblk ? __mmask16(0xFFFFu) : tail_mask;
+      _mm512_mask_storeu_ps(y0 + b * 16, m, a0);
+      if (two) _mm512_mask_storeu_ps(y1 + b * 16, m, a1);
     }
   }
 }
@@ -88,6 +173,7 @@ void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const fl
   const int64_t nblk = (OW + 15) / 16;
   std::vector<int64_t> off(static_cast<size_t>(nblk * KW));
   std::vector<uint32_t> mask(static_cast<size_t>(nblk * KW));
+  std::vector<uint8_t> full(static_cast<size_t>(nblk), 1);
   for (int64_t b = 0; b < nblk; ++b) {
     int nv = int(std::min<int64_t>(16, OW - b * 16));
     for (int64_t kw = 0; kw < KW; ++kw) {
@@ -96,6 +182,9 @@ void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const fl
       off[i] = iw0;
       mask[i] = s.sw == 1 ? range_mask(iw0, W, 16) & ((1u << nv) - 1u)
                           : range_mask(iw0, W, 32) & uint32_t((uint64_t(1) << (2 * nv)) - 1);
+      // every lane loaded (16 or 32 of them) lies inside the row
+      const uint32_t all = s.sw == 1 ? 0xFFFFu : 0xFFFFFFFFu;
+      if (nv < 16 || mask[i] != all) full[size_t(b)] = 0;
     }
   }
   __m512 wz[kMaxTaps];
@@ -108,10 +197,18 @@ void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const fl
     for (int64_t t = 0; t < KH * KW; ++t) wz[t] = _mm512_set1_ps(wm[t]);
     const float* rc = residual ? residual + nc * OH * OW : nullptr;
     const float bv = bias ? bias[m] : 0.f;
-    auto plane = s.sw == 1 ? (KW == 3 ? dw_plane<3, 1> : KW == 5 ? dw_plane<5, 1> : KW == 7 ? dw_plane<7, 1> : nullptr)
-                           : (KW == 3 ? dw_plane<3, 2> : KW == 5 ? dw_plane<5, 2> : KW == 7 ? dw_plane<7, 2> : nullptr);
+    auto plane = s.sw == 1 ? (KW == 3 ? (KH == 3 ? dw_plane<3, 1, 3> : dw_plane<3, 1>)
+                              : KW == 5 ? (KH == 5 ? dw_plane<5, 1, 5> : dw_plane<5, 1>)
+                              : KW == 7 ? dw_plane<7, 1>
+                                        : nullptr)
+                           : (KW == 3 ? (KH == 3 ? dw_plane<3, 2, 3> : dw_plane<3, 2>)
+                              : KW == 5 ? (KH == 5 ? dw_plane<5, 2, 5> : dw_plane<5, 2>)
+                              : KW == 7 ? dw_plane<7, 2>
+                                        : nullptr);
+    if (s.sw == 1 && s.sh == 1 && s.dw == 1 && s.dh == 1 && KH == KW && (KW == 3 || KW == 5))
+      plane = KW == 3 ? dw_plane_s1_2rows<3> : dw_plane_s1_2rows<5>;
     if (plane) {
-      plane(s, xc, wz, off.data(), mask.data(), nblk, zero_row.data(), yc);
+      plane(s, xc, wz, off.data(), mask.data(), full.data(), nblk, zero_row.data(), yc);
       epilogue_row(yc, OH * OW, 1.f, bv, nullptr, rc, act);
       continue;
     }

@@ -1701,36 +1701,41 @@ void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int
 }
 
 // The last two axes in one pass, without the intermediate tensor of two resize_axis calls but
-// with the same arithmetic: each output value is the W-axis sum over the H-axis values of its
-// columns, each H-axis value computed as resize_axis would have stored it. Planes (and output
-// rows) split over the pool.
+// with the same arithmetic: per output row, the H-axis pass into a row buffer (exactly the row
+// resize_axis would have stored), then the W-axis pass from it. Output rows split over the pool.
 void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_t W, int64_t OH, int64_t OW,
                   const FlatTaps& fy, const FlatTaps& fx, float extv, ThreadPool* pool) {
   const int64_t rows = planes * OH;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, OW * 2));
   parallel_for(pool, rows, grain, [&](int64_t r0, int64_t r1) {
+    std::vector<float> hrow(static_cast<size_t>(W));  // this output row's H-axis values
+    float* t = hrow.data();
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t p = r / OH, yo = r % OH;
       const float* src = in + p * H * W;
       float* dst = out + r * OW;
-      const bool yext = fy.ext[size_t(yo)], ycopy = fy.copy[size_t(yo)];
       const int64_t y0 = fy.first[size_t(yo)], y1 = fy.first[size_t(yo) + 1];
-      // The H-axis value of input column ix for this output row.
-      auto col = [&](int64_t ix) {
-        if (yext) return extv;
-        if (ycopy) return src[fy.idx[size_t(y0)] * W + ix];
-        float t = 0;
-        for (int64_t k = y0; k < y1; ++k) t += fy.w[size_t(k)] * src[fy.idx[size_t(k)] * W + ix];
-        return t;
-      };
+      const float* row = t;
+      if (fy.ext[size_t(yo)]) {
+        for (int64_t ix = 0; ix < W; ++ix) t[ix] = extv;
+      } else if (fy.copy[size_t(yo)]) {
+        row = src + fy.idx[size_t(y0)] * W;  // used in place
+      } else {
+        for (int64_t ix = 0; ix < W; ++ix) t[ix] = 0;
+        for (int64_t k = y0; k < y1; ++k) {
+          const float* s0 = src + fy.idx[size_t(k)] * W;
+          const float wk = fy.w[size_t(k)];
+          for (int64_t ix = 0; ix < W; ++ix) t[ix] += wk * s0[ix];
+        }
+      }
       for (int64_t xo = 0; xo < OW; ++xo) {
         if (fx.ext[size_t(xo)]) {
           dst[xo] = extv;
         } else if (fx.copy[size_t(xo)]) {
-          dst[xo] = col(fx.idx[size_t(fx.first[size_t(xo)])]);
+          dst[xo] = row[fx.idx[size_t(fx.first[size_t(xo)])]];
         } else {
           float acc = 0;
-          for (int64_t k = fx.first[size_t(xo)]; k < fx.first[size_t(xo) + 1]; ++k) acc += fx.w[size_t(k)] * col(fx.idx[size_t(k)]);
+          for (int64_t k = fx.first[size_t(xo)]; k < fx.first[size_t(xo) + 1]; ++k) acc += fx.w[size_t(k)] * row[fx.idx[size_t(k)]];
           dst[xo] = acc;
         }
       }

@@ -203,6 +203,16 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
       {1, 5, 9, 45, 5, 5, 3, 3, 2, 2, 2, 2, 2, 2, 1, 2},       // depthwise, stride 2 + dilation 2, 3 column blocks
       {1, 4, 8, 37, 4, 4, 3, 3, 1, 3, 1, 1, 1, 1, 1, 1},       // depthwise, stride 3 (generic loops)
       {1, 3, 5, 33, 3, 3, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3},       // depthwise 7x7, padding wider than the row tail
+      {1, 6, 7, 50, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},       // depthwise 3x3, unmasked interior blocks + tail
+      {1, 4, 5, 36, 4, 4, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0},       // depthwise 3x3 no padding: first blocks unmasked
+      {1, 4, 9, 70, 4, 4, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},       // depthwise 3x3 stride 2, unmasked interior blocks
+      {1, 3, 8, 40, 3, 3, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},       // depthwise 5x5 stride 1
+      {1, 4, 6, 41, 4, 4, 5, 3, 1, 1, 1, 1, 2, 1, 2, 1},       // depthwise 5x3 (kernel height at run time)
+      {2, 3, 6, 40, 3, 3, 3, 5, 2, 2, 1, 1, 1, 2, 1, 2},       // depthwise 3x5 stride 2, N=2
+      {1, 2, 7, 20, 2, 2, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},       // depthwise 5x5, odd output height (row pairs)
+      {1, 3, 6, 35, 3, 3, 3, 3, 1, 1, 1, 1, 0, 1, 2, 0},       // depthwise 3x3, asymmetric pads
+      {1, 2, 1, 18, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},       // depthwise 3x3, one input row
+      {1, 4, 9, 40, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},       // depthwise 3x3 stride 1 dilation 2
   };
   std::mt19937 rng(11);
   auto acts = activations();
