@@ -250,7 +250,7 @@ Out encode_graph(const Graph& g, Ctx& cx) {
   io.insert(g.outputs.begin(), g.outputs.end());
   for (size_t v = 0; v < g.values.size(); ++v) {
     const ValueDef& d = g.values[v];
-    if (d.is_initializer && (used[v] || d.is_graph_input)) o.msg(5, encode_tensor(d.initializer, d.name));
+    if (d.is_initializer && !d.is_capture && (used[v] || d.is_graph_input)) o.msg(5, encode_tensor(d.initializer, d.name));
   }
   for (int v : g.inputs) o.msg(11, encode_value_info(g.values[size_t(v)]));
   for (int v : g.outputs) o.msg(12, encode_value_info(g.values[size_t(v)]));

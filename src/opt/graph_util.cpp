@@ -36,7 +36,9 @@ int GraphIndex::sole_consumer(int v) const {
 const Tensor* constant_of(const Graph& g, int v) {
   if (v < 0 || size_t(v) >= g.values.size()) return nullptr;
   const ValueDef& d = g.values[size_t(v)];
-  if (!d.is_initializer || d.is_graph_input || d.is_capture) return nullptr;
+  // A capture is a constant only when propagate_capture_constants made it one (an initializer of
+  // the enclosing graph).
+  if (!d.is_initializer || d.is_graph_input) return nullptr;
   return &d.initializer;
 }
 

@@ -43,8 +43,35 @@ struct PassInfo {
 // Conv activation fusion; transposes folded into MatMul before the MatMul-based patterns;
 // attention before MatMul+Add (attention's projections are MatMul+Add); a final cleanup drops
 // what fusions left unused.
+// Captured weights become constants of the subgraphs that use them, so the passes (constant
+// folding first of all) see them there. Only values that are initializers of the enclosing graph
+// and not graph inputs (which a feed may override) qualify; the subgraph's copy shares storage and
+// is never written out as a subgraph initializer (writer.cpp skips captures).
+void propagate_capture_constants(PassContext& ctx) {
+  Graph& g = ctx.graph;
+  for (auto& n : g.nodes)
+    for (auto& a : n.attrs) {
+      std::vector<Graph*> subs;
+      if (a.g) subs.push_back(a.g.get());
+      for (auto& sg : a.graphs) subs.push_back(sg.get());
+      for (Graph* sg : subs)
+        for (int c : sg->captures) {
+          ValueDef& d = sg->values[size_t(c)];
+          if (d.is_initializer) continue;
+          int outer = g.find_value(d.name);
+          if (outer < 0) continue;
+          const ValueDef& o = g.values[size_t(outer)];
+          if (!o.is_initializer || o.is_graph_input || !o.initializer.raw()) continue;
+          d.is_initializer = true;
+          d.initializer = o.initializer;
+          sg->finalize();
+        }
+    }
+}
+
 const PassInfo kPasses[] = {
     {"remove_identity", OptLevel::Basic, false, remove_identity},
+    {"propagate_capture_constants", OptLevel::Basic, false, propagate_capture_constants},
     {"fold_constants", OptLevel::Basic, false, fold_constants},
     {"fold_reshape_chains", OptLevel::Basic, false, fold_reshape_chains},
     {"fuse_conv_bn", OptLevel::Basic, false, fuse_conv_bn},
