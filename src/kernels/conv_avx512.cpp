@@ -58,7 +58,30 @@ void dw_plane(const Conv2dShape& s, const float* xc, const __m512* wz_in, const 
       const int64_t* ob = off + b * KW;
       const uint32_t* mb = mask + b * KW;
       __m512 acc = _mm512_setzero_ps();
-      if (full[b]) {
+      if (SW == 2 && KW == 3 && s.dw == 1 && full[b]) {
+        // The three taps of a row read the 34 inputs from ob[0] on: 32 + 2 loaded once, the taps
+        // are their even lanes, their odd lanes and the even lanes shifted by two.
+        const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+#pragma GCC unroll 8
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          const float* row;
+          if (few_rows) {
+            row = rows[kh];
+          } else {
+            int64_t ih = oh * s.sh - s.pt + kh * s.dh;
+            row = (ih >= 0 && ih < H) ? xc + ih * W : zero_row;
+          }
+          const float* p = row + ob[0];
+          const __m512 l0 = _mm512_loadu_ps(p), l1 = _mm512_loadu_ps(p + 16);
+          const __m512 l2 = _mm512_maskz_loadu_ps(__mmask16(0x3u), p + 32);
+          const __m512 s0 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(l1), _mm512_castps_si512(l0), 2));
+          const __m512 s1 = _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(l2), _mm512_castps_si512(l1), 2));
+          const __m512* wk = wz + kh * KW;
+          acc = _mm512_fmadd_ps(wk[0], _mm512_permutex2var_ps(l0, even, l1), acc);
+          acc = _mm512_fmadd_ps(wk[1], _mm512_permutex2var_ps(l0, odd, l1), acc);
+          acc = _mm512_fmadd_ps(wk[2], _mm512_permutex2var_ps(s0, even, s1), acc);
+        }
+      } else if (full[b]) {
 #pragma GCC unroll 8
         for (int64_t kh = 0; kh < KH; ++kh) {
           const float* row;

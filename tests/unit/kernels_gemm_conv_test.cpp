@@ -213,6 +213,7 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
       {1, 3, 6, 35, 3, 3, 3, 3, 1, 1, 1, 1, 0, 1, 2, 0},       // depthwise 3x3, asymmetric pads
       {1, 2, 1, 18, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},       // depthwise 3x3, one input row
       {1, 4, 9, 40, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},       // depthwise 3x3 stride 1 dilation 2
+      {1, 64, 20, 20, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // 400 outputs in two column chunks (K = 576)
   };
   std::mt19937 rng(11);
   auto acts = activations();
