@@ -303,7 +303,7 @@ typedef struct basalt_run_options {
  *    On success each outputs[i] is a new tensor the caller destroys, or NULL for an empty optional
  *    output. Each output owns its memory and may be written: it never aliases an input, a weight
  *    of the model or another output (memory a node such as Identity forwards is copied).
- *    Sequence outputs are not supported by the C API yet (BASALT_STATUS_UNSUPPORTED).
+ *    A sequence output is BASALT_STATUS_UNSUPPORTED here: use basalt_session_run_values.
  *    On failure every outputs[i] is NULL.
  *  - Input tensors are only read, and remain the caller's. */
 BASALT_C_EXPORT basalt_status* basalt_session_run(const basalt_session* session, const basalt_run_options* options,
@@ -311,6 +311,35 @@ BASALT_C_EXPORT basalt_status* basalt_session_run(const basalt_session* session,
                                                   const basalt_tensor* const* inputs, size_t input_count,
                                                   const char* const* output_names, basalt_tensor** outputs,
                                                   size_t output_count);
+
+/* ---- sequences (ONNX seq(tensor(T))) ----------------------------------------------------- */
+
+typedef struct basalt_sequence basalt_sequence;
+
+/* A sequence of `count` tensors of dtype `elem_dtype` (count may be 0: an empty sequence). The
+ * sequence refers to the items' memory (views stay views), so the same lifetime rules apply as for
+ * the tensors given; the tensor handles themselves may be destroyed afterwards. Since API version 2. */
+BASALT_C_EXPORT basalt_status* basalt_sequence_create(int32_t elem_dtype, const basalt_tensor* const* items, size_t count,
+                                                      basalt_sequence** out);
+/* NULL is a no-op. */
+BASALT_C_EXPORT void basalt_sequence_destroy(basalt_sequence* sequence);
+/* 0 for NULL. */
+BASALT_C_EXPORT size_t basalt_sequence_length(const basalt_sequence* sequence);
+BASALT_C_EXPORT int32_t basalt_sequence_elem_dtype(const basalt_sequence* sequence);
+/* Item `index` as a new tensor handle the caller destroys; it shares the item's memory. */
+BASALT_C_EXPORT basalt_status* basalt_sequence_item(const basalt_sequence* sequence, size_t index, basalt_tensor** out);
+
+/* Runs like basalt_session_run, for models whose inputs or outputs may be sequences. Input i is
+ * inputs[i] (a tensor) or seq_inputs[i] (a sequence): at most one of them non-NULL, both NULL for an
+ * empty optional; either array may be NULL when no entry uses it. On success output i is in
+ * outputs[i] when it is a tensor or in seq_outputs[i] when it is a sequence (the other is NULL; both
+ * NULL for an empty optional); outputs own their memory as in basalt_session_run. On failure every
+ * entry is NULL. Since API version 2. */
+BASALT_C_EXPORT basalt_status* basalt_session_run_values(const basalt_session* session, const basalt_run_options* options,
+                                                         const char* const* input_names, const basalt_tensor* const* inputs,
+                                                         const basalt_sequence* const* seq_inputs, size_t input_count,
+                                                         const char* const* output_names, basalt_tensor** outputs,
+                                                         basalt_sequence** seq_outputs, size_t output_count);
 
 /* IO binding: runs like basalt_session_run, but writes output output_names[i] into the caller's
  * tensor outputs[i] (typically basalt_tensor_create_view of a preallocated buffer), i < output_count.

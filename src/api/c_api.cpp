@@ -37,6 +37,11 @@ struct basalt_tensor {
   Tensor tensor;
 };
 
+struct basalt_sequence {
+  std::vector<Tensor> items;
+  DType elem = DType::Undefined;
+};
+
 namespace {
 
 // Returned when even allocating a status fails. Built at library load, so handing it out
@@ -547,6 +552,112 @@ basalt_status* basalt_session_run(const basalt_session* session, const basalt_ru
       made[i].reset(wrap_tensor(std::move(t)));
     }
     for (size_t i = 0; i < made.size() && i < output_count; ++i) outputs[i] = made[i].release();
+  });
+}
+
+basalt_status* basalt_sequence_create(int32_t elem_dtype, const basalt_tensor* const* items, size_t count,
+                                      basalt_sequence** out) {
+  if (out) *out = nullptr;
+  return guarded([&] {
+    if (!out) invalid("out is NULL");
+    DType dt = checked_dtype(elem_dtype);
+    if (count && !items) invalid("items is NULL but count is " + std::to_string(count));
+    auto q = std::make_unique<basalt_sequence>();
+    q->elem = dt;
+    for (size_t i = 0; i < count; ++i) {
+      if (!items[i]) invalid("items[" + std::to_string(i) + "] is NULL");
+      if (items[i]->tensor.dtype() != dt)
+        invalid("items[" + std::to_string(i) + "] is " + basalt::dtype_name(items[i]->tensor.dtype()) +
+                ", the sequence's element type is " + basalt::dtype_name(dt));
+      q->items.push_back(items[i]->tensor);
+    }
+    *out = q.release();
+  });
+}
+
+void basalt_sequence_destroy(basalt_sequence* sequence) { delete sequence; }
+
+size_t basalt_sequence_length(const basalt_sequence* sequence) { return sequence ? sequence->items.size() : 0; }
+
+int32_t basalt_sequence_elem_dtype(const basalt_sequence* sequence) {
+  return sequence ? static_cast<int32_t>(sequence->elem) : BASALT_DTYPE_UNDEFINED;
+}
+
+basalt_status* basalt_sequence_item(const basalt_sequence* sequence, size_t index, basalt_tensor** out) {
+  if (out) *out = nullptr;
+  return guarded([&] {
+    if (!out) invalid("out is NULL");
+    if (!sequence) invalid("sequence is NULL");
+    if (index >= sequence->items.size())
+      invalid("index " + std::to_string(index) + " is out of range for a sequence of length " +
+              std::to_string(sequence->items.size()));
+    *out = wrap_tensor(sequence->items[index]);
+  });
+}
+
+basalt_status* basalt_session_run_values(const basalt_session* session, const basalt_run_options* options,
+                                         const char* const* input_names, const basalt_tensor* const* inputs,
+                                         const basalt_sequence* const* seq_inputs, size_t input_count,
+                                         const char* const* output_names, basalt_tensor** outputs,
+                                         basalt_sequence** seq_outputs, size_t output_count) {
+  for (size_t i = 0; i < output_count; ++i) {
+    if (outputs) outputs[i] = nullptr;
+    if (seq_outputs) seq_outputs[i] = nullptr;
+  }
+  return guarded([&] {
+    if (!session) invalid("session is NULL");
+    if (options) check_in_struct(options, options->struct_size, sizeof(size_t), sizeof(basalt_run_options), "basalt_run_options");
+    if (input_count && !input_names) invalid("input_names is NULL but input_count is " + std::to_string(input_count));
+    if (output_count && (!outputs || !seq_outputs))
+      invalid("outputs and seq_outputs must both be given when output_count is " + std::to_string(output_count));
+    const basalt::Session& s = *session->session;
+    std::vector<std::pair<std::string, Value>> feeds;
+    for (size_t i = 0; i < input_count; ++i) {
+      if (!input_names[i]) invalid("input_names[" + std::to_string(i) + "] is NULL");
+      const basalt_tensor* t = inputs ? inputs[i] : nullptr;
+      const basalt_sequence* q = seq_inputs ? seq_inputs[i] : nullptr;
+      if (t && q) invalid("input '" + std::string(input_names[i]) + "' is given both as a tensor and as a sequence");
+      if (t) feeds.emplace_back(input_names[i], Value(t->tensor));
+      else if (q) feeds.emplace_back(input_names[i], Value::make_sequence(q->items, q->elem));
+      else feeds.emplace_back(input_names[i], Value());
+    }
+    std::vector<std::string> names;
+    if (output_names) {
+      for (size_t i = 0; i < output_count; ++i) {
+        if (!output_names[i]) invalid("output_names[" + std::to_string(i) + "] is NULL");
+        names.emplace_back(output_names[i]);
+      }
+    } else if (output_count != s.outputs().size()) {
+      invalid("output_names is NULL, so output_count must be the model's output count " +
+              std::to_string(s.outputs().size()) + ", got " + std::to_string(output_count));
+    }
+    if (output_names && output_count == 0) return;
+    std::vector<Value> res = s.run(feeds, names);
+    feeds.clear();
+    // Same exclusivity rule as basalt_session_run: anything still shared after the run is copied.
+    auto exclusive = [](Tensor t) {
+      if (t.storage() && (!t.storage()->owned || t.storage().use_count() > 1)) t = t.clone();
+      return t;
+    };
+    std::vector<std::unique_ptr<basalt_tensor>> made(res.size());
+    std::vector<std::unique_ptr<basalt_sequence>> made_seq(res.size());
+    for (size_t i = 0; i < res.size(); ++i) {
+      Value& v = res[i];
+      if (v.is_tensor()) {
+        made[i].reset(wrap_tensor(exclusive(std::move(v.tensor))));
+      } else if (v.is_sequence()) {
+        auto q = std::make_unique<basalt_sequence>();
+        q->elem = v.seq_elem_type;
+        std::vector<Tensor> items = *v.sequence;
+        v = Value();
+        for (auto& t : items) q->items.push_back(exclusive(std::move(t)));
+        made_seq[i] = std::move(q);
+      }
+    }
+    for (size_t i = 0; i < res.size() && i < output_count; ++i) {
+      outputs[i] = made[i].release();
+      seq_outputs[i] = made_seq[i].release();
+    }
   });
 }
 
