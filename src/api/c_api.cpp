@@ -217,6 +217,22 @@ size_t element_alignment(DType t) {
   return basalt::dtype_size(t);
 }
 
+// The output names a run asks for: output_names[0..count), or every output (then count must be
+// the model's output count) when output_names is NULL.
+std::vector<std::string> requested_outputs(const basalt::Session& s, const char* const* output_names, size_t count) {
+  std::vector<std::string> names;
+  if (output_names) {
+    for (size_t i = 0; i < count; ++i) {
+      if (!output_names[i]) invalid("output_names[" + std::to_string(i) + "] is NULL");
+      names.emplace_back(output_names[i]);
+    }
+  } else if (count != s.outputs().size()) {
+    invalid("output_names is NULL, so output_count must be the model's output count " + std::to_string(s.outputs().size()) +
+            ", got " + std::to_string(count));
+  }
+  return names;
+}
+
 basalt_tensor* wrap_tensor(Tensor t) { return new basalt_tensor{std::move(t)}; }
 
 const std::string& string_element(const basalt_tensor* tensor, int64_t index) {
@@ -522,16 +538,7 @@ basalt_status* basalt_session_run(const basalt_session* session, const basalt_ru
         feeds.emplace_back(input_names[i], Value());  // an empty optional
       }
     }
-    std::vector<std::string> names;
-    if (output_names) {
-      for (size_t i = 0; i < output_count; ++i) {
-        if (!output_names[i]) invalid("output_names[" + std::to_string(i) + "] is NULL");
-        names.emplace_back(output_names[i]);
-      }
-    } else if (output_count != s.outputs().size()) {
-      invalid("output_names is NULL, so output_count must be the model's output count " +
-              std::to_string(s.outputs().size()) + ", got " + std::to_string(output_count));
-    }
+    std::vector<std::string> names = requested_outputs(s, output_names, output_count);
     if (output_names && output_count == 0) return;  // nothing asked for; don't run
 
     std::vector<Value> res = s.run(feeds, names);
@@ -621,16 +628,7 @@ basalt_status* basalt_session_run_values(const basalt_session* session, const ba
       else if (q) feeds.emplace_back(input_names[i], Value::make_sequence(q->items, q->elem));
       else feeds.emplace_back(input_names[i], Value());
     }
-    std::vector<std::string> names;
-    if (output_names) {
-      for (size_t i = 0; i < output_count; ++i) {
-        if (!output_names[i]) invalid("output_names[" + std::to_string(i) + "] is NULL");
-        names.emplace_back(output_names[i]);
-      }
-    } else if (output_count != s.outputs().size()) {
-      invalid("output_names is NULL, so output_count must be the model's output count " +
-              std::to_string(s.outputs().size()) + ", got " + std::to_string(output_count));
-    }
+    std::vector<std::string> names = requested_outputs(s, output_names, output_count);
     if (output_names && output_count == 0) return;
     std::vector<Value> res = s.run(feeds, names);
     feeds.clear();
