@@ -34,6 +34,9 @@ bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSp
 // --no-arena, --opt-level none|basic|extended|all, --spin-us US. Returns true when args[i] was one
 // (i then points at its last word); usage errors throw UsageError.
 bool parse_session_option(const std::vector<std::string>& args, size_t& i, SessionOptions& opts);
+// The positional MODEL argument: the first non-option word. Another option or a second positional
+// word is a UsageError naming it.
+void take_model_arg(const std::string& a, std::string& model);
 // Builds the feeds for a session from the spec (files, shapes, seeded random fill).
 std::vector<std::pair<std::string, Value>> make_inputs(const Session& s, const InputSpec& spec);
 // "float32 [1,3,224,224] min=.. max=.. mean=.."

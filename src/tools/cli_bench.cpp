@@ -91,9 +91,7 @@ int cmd_bench(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
       return args[++i];
     };
-    if (a == "--threads") {
-      opts.threads = int(parse_int_arg(a, value(), 1));
-    } else if (a == "--warmup") {
+    if (a == "--warmup") {
       warmup = parse_int_arg(a, value(), 0);
     } else if (a == "--iters") {
       iters = parse_int_arg(a, value(), 1);
@@ -103,12 +101,8 @@ int cmd_bench(const std::vector<std::string>& args) {
       concurrency_given = true;
     } else if (a == "--json") {
       json = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "'");
-    } else if (model.empty()) {
-      model = a;
     } else {
-      throw UsageError("unexpected argument '" + a + "'");
+      take_model_arg(a, model);
     }
   }
   if (model.empty()) throw UsageError("missing MODEL");

@@ -110,12 +110,8 @@ int perf_shapes(const std::vector<std::string>& args) {
       opts.plan_cache_entries = size_t(parse_int_arg(a, value(), 0));
     } else if (a == "--threads") {
       opts.threads = int(parse_int_arg(a, value(), 1));
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "'");
-    } else if (model.empty()) {
-      model = a;
     } else {
-      throw UsageError("unexpected argument '" + a + "'");
+      take_model_arg(a, model);
     }
   }
   if (model.empty()) throw UsageError("missing MODEL");

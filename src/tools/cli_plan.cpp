@@ -26,21 +26,11 @@ int cmd_plan(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (a == "--input" || a == "--fill" || a == "--seed")
       throw UsageError(a + " is not used by plan: give input shapes with --shape NAME=DIMS (and --dim SYMBOL=VALUE)");
-    if (parse_input_option(args, i, spec)) continue;
-    if (a == "--threads") {
-      if (i + 1 >= args.size()) throw UsageError("--threads needs a value");
-      opts.threads = int(parse_int_arg(a, args[++i], 1));
-    } else if (a == "--memory-limit") {
-      if (i + 1 >= args.size()) throw UsageError("--memory-limit needs a value in bytes");
-      opts.memory_limit = uint64_t(parse_int_arg(a, args[++i], 0));
-    } else if (a == "--json") {
+    if (parse_input_option(args, i, spec) || parse_session_option(args, i, opts)) continue;
+    if (a == "--json") {
       json = true;
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "'");
-    } else if (model.empty()) {
-      model = a;
     } else {
-      throw UsageError("unexpected argument '" + a + "'");
+      take_model_arg(a, model);
     }
   }
   if (model.empty()) throw UsageError("missing MODEL");

@@ -49,17 +49,11 @@ int cmd_profile(const std::vector<std::string>& args) {
       warmup = parse_int_arg(a, value(), 0);
     } else if (a == "--top") {
       top = parse_int_arg(a, value(), 1);
-    } else if (a == "--threads") {
-      opts.threads = int(parse_int_arg(a, value(), 1));
     } else if (a == "--profile") {
       opts.profile_path = value();
       if (opts.profile_path.empty()) throw UsageError("--profile needs a file name");
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "'");
-    } else if (model.empty()) {
-      model = a;
     } else {
-      throw UsageError("unexpected argument '" + a + "'");
+      take_model_arg(a, model);
     }
   }
   if (model.empty()) throw UsageError("missing MODEL");

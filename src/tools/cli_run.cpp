@@ -273,6 +273,12 @@ bool parse_session_option(const std::vector<std::string>& args, size_t& i, Sessi
   return true;
 }
 
+void take_model_arg(const std::string& a, std::string& model) {
+  if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "'");
+  if (!model.empty()) throw UsageError("unexpected argument '" + a + "'");
+  model = a;
+}
+
 int cmd_run(const std::vector<std::string>& args) {
   InputSpec spec;
   std::string model, outdir;
@@ -287,12 +293,8 @@ int cmd_run(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw UsageError("--profile needs a file name");
       opts.profile_path = args[++i];
       if (opts.profile_path.empty()) throw UsageError("--profile needs a file name");
-    } else if (!a.empty() && a[0] == '-') {
-      throw UsageError("unknown option '" + a + "'");
-    } else if (model.empty()) {
-      model = a;
     } else {
-      throw UsageError("unexpected argument '" + a + "'");
+      take_model_arg(a, model);
     }
   }
   if (model.empty()) throw UsageError("missing MODEL");
