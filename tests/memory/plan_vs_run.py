@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Acceptance (e) of issue 4: `basalt plan` predicts what `basalt run` then uses.
 
-For each model (those present; generated ones come from tests/parity/gen_models.py, real ones
-from scripts/fetch_models.sh) and input shape:
+For each model (a missing one is a failure: scripts/prepare_models.sh fetches the real ones and
+generates the others) and input shape:
   - `basalt plan --json` gives arena_bytes and peak_bytes without running;
   - `basalt run` with the same shapes reports the arena it used and how many planned tensors had
     to come from the heap instead (a wrong prediction);
@@ -47,7 +47,7 @@ def main():
     for rel, shape_args, run_args in CASES:
         path = os.path.join(ROOT, rel)
         if not os.path.exists(path):
-            print("(skip %s: not present)" % rel)
+            check(False, "%s is present (scripts/prepare_models.sh makes it)" % rel)
             continue
         print(rel, " ".join(shape_args))
         p = subprocess.run([basalt, "plan", path, "--threads", "2", "--json"] + shape_args, capture_output=True, text=True)

@@ -93,7 +93,7 @@ def main():
     for name, rel, runs, want, gone in MODELS:
         path = os.path.join(models_dir, rel)
         if not os.path.exists(path):
-            print(f"SKIP {name}: {path} not found (scripts/fetch_models.sh, tests/parity/gen_models.py)")
+            result(False, f"{name} is present", f"{path} not found (scripts/prepare_models.sh makes it)")
             continue
         out = os.path.join(tmp, name + "_opt.onnx")
         for k, extra in enumerate(runs):

@@ -138,7 +138,7 @@ def main():
     for name, rel, extra, ort_check in MODELS:
         path = os.path.join(models_dir, rel)
         if not os.path.exists(path):
-            print(f"SKIP {name}: {path} not found (scripts/fetch_models.sh, tests/parity/gen_models.py)")
+            result(False, f"{name} is present", f"{path} not found (scripts/prepare_models.sh makes it)")
             continue
         out = os.path.join(tmp, name + "_opt.onnx")
         p, rep = optimize(basalt, path, out, extra)
