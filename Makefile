@@ -30,7 +30,7 @@ bench: build
 
 FUZZ_SECONDS ?= 60
 fuzz: setup
-	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
+	@FUZZ_SEED=$${FUZZ_SEED:-0} bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 test-sanitize: setup
 	@bash scripts/test_sanitize.sh

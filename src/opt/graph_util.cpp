@@ -342,7 +342,8 @@ StaticShapes infer_static_shapes(const Graph& g) {
           s = in[0];
           for (size_t i = 0; i < in.size() && ok; ++i)
             if (int64_t(in[i].size()) != r || in[i][size_t(ax)] < 0) ok = false;  // a symbolic sum: give up
-          for (size_t i = 1; i < in.size() && ok; ++i) s[size_t(ax)] += in[i][size_t(ax)];
+          for (size_t i = 1; i < in.size() && ok; ++i)
+            if (__builtin_add_overflow(s[size_t(ax)], in[i][size_t(ax)], &s[size_t(ax)])) ok = false;
         }
       } else if (std_domain && op == "Flatten") {
         if (have[0] && numeric(0)) {
@@ -350,9 +351,10 @@ StaticShapes infer_static_shapes(const Graph& g) {
           if (ax < 0) ax += r;
           if (ax >= 0 && ax <= r) {
             int64_t a = 1, b = 1;
-            for (int64_t i = 0; i < r; ++i) (i < ax ? a : b) *= in[0][size_t(i)];
-            s = {a, b};
             ok = true;
+            for (int64_t i = 0; i < r && ok; ++i)
+              if (__builtin_mul_overflow(i < ax ? a : b, in[0][size_t(i)], i < ax ? &a : &b)) ok = false;
+            s = {a, b};
           }
         }
       } else if (std_domain && op == "Reshape") {
@@ -372,11 +374,13 @@ StaticShapes infer_static_shapes(const Graph& g) {
               neg = int64_t(i);
             } else if (t[i] < 0) {
               ok = false;
-            } else {
-              known *= t[i];
+            } else if (__builtin_mul_overflow(known, t[i], &known)) {
+              ok = false;  // a bogus shape (fuzzed model): leave it to the kernel's checks
             }
           }
-          int64_t total = shape_numel(in[0]);
+          int64_t total = 1;
+          for (int64_t d : in[0])
+            if (__builtin_mul_overflow(total, d, &total)) ok = false;
           if (ok && neg >= 0) {
             if (known == 0 || total % known) ok = false;
             else t[size_t(neg)] = total / known;
