@@ -407,6 +407,23 @@ std::unique_ptr<PySession> open_session(py::object src, py::object sess_options,
   return ps;
 }
 
+// input_feed ({name: array}) as the session's feeds; the arrays viewed without a copy are kept in
+// `keep`. An unknown name is converted anyway; Session::run reports it with the valid names.
+std::vector<std::pair<std::string, Value>> feeds_of(const basalt::Session& s, py::object input_feed, Keep& keep) {
+  if (!py::isinstance<py::dict>(input_feed))
+    throw py::type_error("input_feed must be a dict {input name: numpy array}");
+  std::vector<std::pair<std::string, Value>> feeds;
+  for (auto [k, v] : py::reinterpret_borrow<py::dict>(input_feed)) {
+    if (!py::isinstance<py::str>(k)) throw py::type_error("input_feed keys must be str (input names)");
+    std::string name = k.cast<std::string>();
+    const basalt::IoInfo* io = nullptr;
+    for (const auto& i : s.inputs())
+      if (i.name == name) io = &i;
+    feeds.emplace_back(name, to_value(v, io, name, keep));
+  }
+  return feeds;
+}
+
 py::list run_session(const PySession& ps, py::object output_names, py::object input_feed, py::object run_options) {
   const basalt::Session& s = *ps.s;
   if (!run_options.is_none()) throw py::type_error("basalt has no RunOptions; pass None");
@@ -418,20 +435,8 @@ py::list run_session(const PySession& ps, py::object output_names, py::object in
       names.push_back(n.cast<std::string>());
     }
   }
-  if (!py::isinstance<py::dict>(input_feed))
-    throw py::type_error("input_feed must be a dict {input name: numpy array}");
-
   Keep keep;  // declared first: destroyed last, with the GIL held
-  std::vector<std::pair<std::string, Value>> feeds;
-  for (auto [k, v] : py::reinterpret_borrow<py::dict>(input_feed)) {
-    if (!py::isinstance<py::str>(k)) throw py::type_error("input_feed keys must be str (input names)");
-    std::string name = k.cast<std::string>();
-    const basalt::IoInfo* io = nullptr;
-    for (const auto& i : s.inputs())
-      if (i.name == name) io = &i;
-    // An unknown name is converted anyway; Session::run reports it with the list of valid names.
-    feeds.emplace_back(name, to_value(v, io, name, keep));
-  }
+  std::vector<std::pair<std::string, Value>> feeds = feeds_of(s, input_feed, keep);
   std::vector<Range> ranges;
   for (const py::object& o : keep.arrays) {
     const py::array& a = static_cast<const py::array&>(o);
@@ -459,17 +464,8 @@ py::list run_session(const PySession& ps, py::object output_names, py::object in
 // filled in place; the kernel that produces an output writes straight into the array.
 void run_into_session(const PySession& ps, py::dict outputs, py::object input_feed) {
   const basalt::Session& s = *ps.s;
-  if (!py::isinstance<py::dict>(input_feed)) throw py::type_error("input_feed must be a dict {input name: numpy array}");
   Keep keep;
-  std::vector<std::pair<std::string, Value>> feeds;
-  for (auto [k, v] : py::reinterpret_borrow<py::dict>(input_feed)) {
-    if (!py::isinstance<py::str>(k)) throw py::type_error("input_feed keys must be str (input names)");
-    std::string name = k.cast<std::string>();
-    const basalt::IoInfo* io = nullptr;
-    for (const auto& i : s.inputs())
-      if (i.name == name) io = &i;
-    feeds.emplace_back(name, to_value(v, io, name, keep));
-  }
+  std::vector<std::pair<std::string, Value>> feeds = feeds_of(s, input_feed, keep);
   std::vector<std::pair<std::string, Tensor>> bind;
   for (auto [k, v] : outputs) {
     if (!py::isinstance<py::str>(k)) throw py::type_error("outputs keys must be str (output names)");
