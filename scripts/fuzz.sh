@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes basalt with libFuzzer for SECONDS in all, split over the three targets in tests/fuzz/
 # (load: bytes -> Session, run: small models on random shapes/values, external: the
-# external-data resolver). Builds build-fuzz/ with clang-14, ASan + UBSan and coverage.
+# external-data resolver), built in build-fuzz/ (scripts/build_sanitize.sh: clang-14, ASan + UBSan,
+# coverage).
 # Seeds: the Debian conformance models. Crashes land in build-fuzz/crashes/<target>/: each one
 # is a bug to fix, then copied to tests/fuzz/regressions/<target>/ (replayed by `make test`).
 # Ends with "N passed, N failed" (one test per target: failed = it found a crash).
@@ -9,17 +10,8 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=${1:-60}
-B="$ROOT/build-fuzz"
-CC=${CC_FUZZ:-clang-14}
-CXX=${CXX_FUZZ:-clang++-14}
-if ! command -v "$CXX" >/dev/null; then
-  echo "fuzz: $CXX not found (scripts/setup.sh installs clang-14 libclang-rt-14-dev)"
-  echo "0 passed, 1 failed"; exit 1
-fi
-CC=$CC CXX=$CXX cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DBASALT_FUZZ=ON -DBASALT_SANITIZE=ON >/dev/null || {
-  echo "0 passed, 1 failed"; exit 1; }
-ninja -C "$B" -j "${JOBS:-$(nproc)}" fuzz_load fuzz_run fuzz_external || { echo "0 passed, 1 failed"; exit 1; }
+B=$(bash "$ROOT/scripts/build_sanitize.sh" fuzz_load fuzz_run fuzz_external | tail -1)
+[ -d "$B" ] || { echo "0 passed, 1 failed"; exit 1; }
 
 SEEDS=/usr/share/libonnx-testdata/data/node
 mkdir -p "$B/seeds/load"
@@ -38,12 +30,14 @@ for t in load run external; do
     tail -20 "$B/replay_$t.log"; echo "FAIL fuzz_$t: a saved regression input fails under ASan/UBSan"
     fail=$((fail + 1)); continue
   fi
-  echo "--- fuzz_$t for ${per}s"
+  echo "--- fuzz_$t for ${per}s (corpus before: $(ls "$B/corpus/$t" | wc -l) inputs, seeds: ${#seeds[@]} dirs)"
+  t0=$SECONDS
   # A fixed seed (FUZZ_SEED, default 1) makes the short CI run reproducible; `make fuzz` runs pass
   # FUZZ_SEED=0 for a random one.
   "$B/fuzz_$t" "$B/corpus/$t" "${seeds[@]}" -seed="${FUZZ_SEED:-1}" -max_total_time="$per" -timeout=10 -rss_limit_mb=2048 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$B/crashes/$t/" 2>&1 | grep -E '^(#[0-9]+ +DONE|==|SUMMARY|stat::number_of_executed_units|artifact_prefix|Test unit written|.*ERROR)' 
   rc=${PIPESTATUS[0]}
+  echo "fuzz_$t: ran $((SECONDS - t0)) s, corpus now $(ls "$B/corpus/$t" | wc -l) inputs"
   if [ "$rc" -eq 0 ]; then echo "PASS fuzz_$t"; pass=$((pass + 1))
   else echo "FAIL fuzz_$t (exit $rc): crash input in $B/crashes/$t/"; fail=$((fail + 1)); fi
 done

@@ -103,7 +103,9 @@ run_suite optimizer "$PY" "$ROOT/tests/opt/run_opt_tests.py" "$BASALT"
 # Transformer fusions on BERT-base/mini and the PaddleOCR recognizer: counts and outputs (~40 s).
 run_suite fusions "$PY" "$ROOT/tests/opt/fusions_real.py" "$BASALT"
 if [ -f "$ROOT/tests/parity/run_parity.py" ]; then
-  run_suite parity "$PY" "$ROOT/tests/parity/run_parity.py" --basalt "$BASALT"
+  # PARITY_ARGS: extra options (scripts/test_sanitize.sh runs the default shapes only).
+  # shellcheck disable=SC2086
+  run_suite parity "$PY" "$ROOT/tests/parity/run_parity.py" --basalt "$BASALT" ${PARITY_ARGS:-}
 fi
 
 echo
