@@ -17,13 +17,15 @@ PaddleOCR recognizer fetched (scripts/fetch_models.sh) first when missing. For e
     not fused (their ops need opsets 17 and 20; BERT imports opset 14).
 Prints one line per check and ends with "N passed, N failed".
 """
-import json
 import os
 import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from opt_common import Tally, op_counts, optimize  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 BERT_IN = ["--dim", "batch=2", "--dim", "sequence=64", "--fill", "input_ids=int:0,30522",
@@ -42,37 +44,8 @@ MODELS = [
 ]
 PATTERNS = ("Attention", "GELU(Erf)", "GELU(Tanh)", "LayerNorm")
 
-passed = failed = 0
-
-
-def result(ok, what, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
-
-
-def op_counts(path):
-    import onnx
-    m = onnx.load(path, load_external_data=False)
-    counts = {}
-    for n in m.graph.node:
-        key = (n.domain + "::" if n.domain else "") + n.op_type
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-def optimize(basalt, model, out, extra, standard_ops=False):
-    cmd = [basalt, "optimize", model, "--level", "all", "--json", "--check", "-o", out] + extra
-    if standard_ops:
-        cmd.append("--standard-ops")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    try:
-        return p, json.loads(p.stdout)
-    except json.JSONDecodeError:
-        return p, None
+T = Tally()
+result = T.result
 
 
 def main():
@@ -127,8 +100,7 @@ def main():
                 ok = "opset 17" in reasons.get("LayerNorm", "") and "opset 20" in reasons.get("GELU", "")
                 result(ok, f"{name}: --standard-ops says why LayerNorm/GELU stay spelled out",
                        f"{reasons.get('LayerNorm', '-')} | {reasons.get('GELU', '-')}")
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return T.finish()
 
 
 if __name__ == "__main__":

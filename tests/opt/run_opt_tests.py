@@ -23,6 +23,9 @@ import tempfile
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from opt_common import Tally, op_counts, optimize  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(HERE))
 TOL = 1e-5
 
@@ -37,39 +40,8 @@ MODELS = [
       "--fill", "attention_mask=const:1", "--fill", "token_type_ids=zeros"], False),
 ]
 
-passed = 0
-failed = 0
-
-
-def result(ok, what, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-    print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
-
-
-def op_counts(path):
-    import onnx
-    m = onnx.load(path, load_external_data=False)
-    counts = {}
-    for n in m.graph.node:
-        key = (n.domain + "::" if n.domain else "") + n.op_type
-        counts[key] = counts.get(key, 0) + 1
-    return counts
-
-
-def optimize(basalt, model, out, extra, standard_ops=False):
-    cmd = [basalt, "optimize", model, "--level", "all", "--json", "--check", "-o", out] + extra
-    if standard_ops:
-        cmd.append("--standard-ops")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    try:
-        rep = json.loads(p.stdout)
-    except json.JSONDecodeError:
-        rep = None
-    return p, rep
+T = Tally()
+result = T.result
 
 
 def kernel_missing(rep, op):
@@ -201,8 +173,7 @@ def main():
         print(f"{name:14} {s['load']:9.1f} {s['optimize']:12.1f} {s['prepare']:11.1f}  {fus}")
     if not keep:
         shutil.rmtree(tmp, ignore_errors=True)  # saved ResNet-50 copies are ~100 MB each
-    print(f"{passed} passed, {failed} failed")
-    return 1 if failed else 0
+    return T.finish()
 
 
 if __name__ == "__main__":
