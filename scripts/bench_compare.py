@@ -13,8 +13,12 @@ Memory (issue 4), with `basalt perf` vs `bench_ort.js shapes|switch`:
   peak RSS, RSS after release vs before load, first run at a new size vs a repeat;
 - switch: PaddleOCR det/rec/cls loaded, run and released in turn, 10 cycles, 2 threads.
 
+Stability (issue 5), only when asked for (`--scenarios stability`, default model ResNet-50): at 2
+threads, p99/p50 on the idle machine, and the slowdown when another process keeps one core busy,
+for basalt, ORT with spinning on (its default) and ORT with spinning off.
+
 usage: bench_compare.py --basalt build/basalt [--threads 1,2] [--iters 20] [--warmup 3] [--rounds 2]
-                        [--models id,id] [--scenarios speed,shapes,switch] [--quick] [--json OUT]
+                        [--models id,id] [--scenarios speed,shapes,switch,stability] [--quick] [--json OUT]
 --quick: a smoke run (SqueezeNet, 1 thread, 3 iters, 1 round, no memory scenarios) that checks
 the whole pipeline works; it ends with "N passed, N failed" like the test suites.
 Run it through scripts/bench.sh, which installs ORT and fetches/generates the models first.
@@ -165,6 +169,58 @@ def print_speed_table(rows):
                 f"(> 1 means basalt is faster); slower than ORT on {sum(x < 1 for x in rs)}")
 
 
+def busy_core():
+    """Starts a process that keeps one core busy (a pure-Python spin loop) until killed."""
+    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
+
+
+def stability(args, tmp):
+    """Issue 5's stability targets, for each model (default ResNet-50) at 2 threads:
+    - idle: p99 / p50 over the timed runs, basalt and ORT;
+    - one of the two cores kept busy by another process: median with the busy core / median idle,
+      for basalt (default spin), ORT with spinning on (its default) and ORT with spinning off.
+    Each configuration runs ROUNDS times; the best median of each is used (as in speed)."""
+    want = args.models.split(",") if args.models else ["resnet50"]
+    rows = []
+    for mid, label, path, spec in MODELS:
+        if mid not in want or not os.path.exists(path):
+            continue
+        folder = os.path.join(tmp, "stab_" + mid)
+        bopts = make_inputs(spec, folder, seed=7)
+        common = ["--warmup", str(args.warmup), "--iters", str(args.iters)]
+        runs = {
+            "basalt": lambda: run_json([args.basalt, "bench", path] + bopts + ["--threads", "2", "--json"] + common,
+                                       args.timeout)[0],
+            "ort_spin": lambda: run_json(node_cmd() + ["bench", path, "--inputs", folder, "--threads", "2"] + common,
+                                         args.timeout)[0],
+            "ort_nospin": lambda: run_json(node_cmd() + ["bench", path, "--inputs", folder, "--threads", "2",
+                                                         "--spin", "0"] + common, args.timeout)[0],
+        }
+        res = {k: {"idle": [], "busy": []} for k in runs}
+        for rnd in range(args.rounds):
+            for cond in ("idle", "busy"):
+                hog = busy_core() if cond == "busy" else None
+                try:
+                    for k in (list(runs) if rnd % 2 == 0 else list(reversed(runs))):
+                        res[k][cond].append(runs[k]())
+                finally:
+                    if hog:
+                        hog.kill()
+                        hog.wait()
+        row = {"id": mid, "model": label, "threads": 2}
+        for k, v in res.items():
+            idle = min(v["idle"], key=lambda j: j["median_ms"])
+            busy = min(v["busy"], key=lambda j: j["median_ms"])
+            row[k] = {"idle_median_ms": idle["median_ms"], "idle_p99_ms": idle["p99_ms"],
+                      "p99_over_p50": idle["p99_ms"] / idle["median_ms"], "busy_median_ms": busy["median_ms"],
+                      "busy_slowdown": busy["median_ms"] / idle["median_ms"]}
+            log(f"{label:28s} 2t {k:10s} idle median {idle['median_ms']:8.2f} ms  p99/p50 "
+                f"{row[k]['p99_over_p50']:5.2f}  one core busy: {busy['median_ms']:8.2f} ms "
+                f"(slowdown {row[k]['busy_slowdown']:5.2f}x)")
+        rows.append(row)
+    return rows
+
+
 def sizes40():
     """40 sizes, multiples of 32 in [320, 1280], in a varied (not sorted) order."""
     sides = list(range(320, 1281, 32))  # 31 values
@@ -253,6 +309,8 @@ def main():
         out["shapes"] = shapes(args)
     if "switch" in sc:
         out["switch"] = switch(args)
+    if "stability" in sc:
+        out["stability"] = stability(args, tmp)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -105,9 +105,12 @@ function parseArgs(argv, spec) {
 
 async function bench(argv) {
   const ort = loadOrt();
-  const o = parseArgs(argv, { inputs: 's', threads: 'int', warmup: 'int', iters: 'int' });
+  const o = parseArgs(argv, { inputs: 's', threads: 'int', warmup: 'int', iters: 'int', spin: 'int' });
   const model = o._[0], threads = o.threads || 1, warmup = o.warmup ?? 3, iters = o.iters || 20;
-  if (!model || !o.inputs) throw new Error('usage: bench MODEL --inputs DIR [--threads N] [--warmup W] [--iters K]');
+  if (!model || !o.inputs) throw new Error('usage: bench MODEL --inputs DIR [--threads N] [--warmup W] [--iters K] [--spin 0|1]');
+  // --spin 0: ORT's intra-op threads sleep instead of spinning between runs (session config
+  // session.intra_op.allow_spinning); default: ORT's default (spinning on).
+  const spinExtra = o.spin === 0 ? { extra: { session: { intra_op: { allow_spinning: '0' } } } } : {};
   const list = JSON.parse(fs.readFileSync(path.join(o.inputs, 'inputs.json'), 'utf8'));
   const feeds = {};
   for (const it of list) feeds[it.name] = readNpy(ort, path.resolve(o.inputs, it.file));
@@ -115,7 +118,7 @@ async function bench(argv) {
   const before = rss();
   let t0 = now();
   const sess = await ort.InferenceSession.create(model, options(threads, {
-    enableProfiling: true, profileFilePrefix: path.join(profDir, 'ort') }));
+    enableProfiling: true, profileFilePrefix: path.join(profDir, 'ort'), ...spinExtra }));
   const createMs = now() - t0;
   const afterLoad = rss();
   const wall = [];
@@ -137,7 +140,7 @@ async function bench(argv) {
   const timed = runs.slice(1 + warmup), wtimed = wall.slice(1 + warmup);
   console.log(JSON.stringify({
     model, runtime: 'ort', ort_version: require(path.join(ORT_DIR, 'package.json')).version,
-    threads, warmup, iters, ...stats(timed), first_run_ms: r3(runs[0]), session_create_ms: r3(createMs),
+    threads, warmup, iters, spin: o.spin === 0 ? 0 : 1, ...stats(timed), first_run_ms: r3(runs[0]), session_create_ms: r3(createMs),
     session_init_ms: init ? r3(init.dur / 1000) : null, wall_median_ms: r3(median(wtimed)),
     rss_before_load_mb: r3(before), rss_after_load_mb: r3(afterLoad), peak_rss_mb: r3(peak) }));
 }
