@@ -506,6 +506,12 @@ py::dict memory_stats(const PySession& ps) {
   d["heap_fallbacks"] = st.heap_fallbacks;
   d["unplanned_alias_runs"] = st.unplanned_alias_runs;
   d["last_run_heap_bytes"] = st.last_run_heap_bytes;
+  d["dynamic_pool_hits"] = st.dynamic_pool_hits;
+  d["dynamic_pool_misses"] = st.dynamic_pool_misses;
+  d["dynamic_pool_frees"] = st.dynamic_pool_frees;
+  d["dynamic_pool_held_bytes"] = st.dynamic_pool_held_bytes;
+  d["dynamic_pool_in_use_bytes"] = st.dynamic_pool_in_use_bytes;
+  d["dynamic_pool_peak_bytes"] = st.dynamic_pool_peak_bytes;
   return d;
 }
 
@@ -527,6 +533,7 @@ py::dict plan_memory(const PySession& ps, const std::map<std::string, std::vecto
   d["packed_weights_bytes"] = r.packed_weights_bytes;
   d["peak_bytes"] = r.peak_bytes;
   d["planned_tensors"] = r.planned_tensors;
+  d["in_place_tensors"] = r.in_place_tensors;
   d["dynamic_values"] = r.dynamic_values;
   return d;
 }
@@ -592,6 +599,8 @@ PYBIND11_MODULE(basalt, m) {
           "Memory plans cached per input-shape signature (LRU); 0 = plan every run.")
       .def_readwrite("plan_cache_bytes", &basalt::SessionOptions::plan_cache_bytes,
                      "Bound on the cached plans' arena bytes.")
+      .def_readwrite("dynamic_pool_bytes", &basalt::SessionOptions::dynamic_pool_bytes,
+                     "Idle bytes kept by the pool of tensors whose size depends on data (0 = keep none).")
       .def_readwrite("allow_unsupported", &basalt::SessionOptions::allow_unsupported,
                      "Load a model that has ops basalt cannot run (running it raises UnsupportedError).")
       .def_readwrite("enable_profiling", &basalt::SessionOptions::enable_profiling,

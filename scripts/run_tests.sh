@@ -94,10 +94,17 @@ run_suite bench-smoke bash "$ROOT/scripts/bench.sh" "$BUILD" --quick
 run_suite capi "$ROOT/tests/capi/run.sh" "$BUILD"
 run_suite python pytest_suite "$ROOT/tests/python"
 run_suite fuzz-regressions "$ROOT/tests/fuzz/replay.sh" "$BUILD"
-# Short libFuzzer run (clang-14, ASan + UBSan, build-fuzz/): ~5 min build on 2 cores, then 60 s.
+# The sanitizer suites (issue 9, `make test-sanitize`): clang-14 ASan + UBSan build (build-fuzz/,
+# shared with fuzz-short below) of the CLI, unit tests and replayers; then unit, bad-input, Debian
+# conformance, fuzz regressions and parity at default shapes on it (~7 min build on 2 cores, ~3 min
+# of tests). BASALT_SANITIZE=0 skips it.
+if [ "${BASALT_SANITIZE:-1}" != 0 ]; then
+  run_suite sanitize bash "$ROOT/scripts/test_sanitize.sh"
+fi
+# Short libFuzzer run (same build-fuzz/; the fuzz targets only link there), then 150 s of fuzzing (50 s per target).
 # BASALT_FUZZ_SECONDS=0 skips it.
-if [ "${BASALT_FUZZ_SECONDS:-60}" -gt 0 ]; then
-  run_suite fuzz-short bash "$ROOT/scripts/fuzz.sh" "${BASALT_FUZZ_SECONDS:-60}"
+if [ "${BASALT_FUZZ_SECONDS:-150}" -gt 0 ]; then
+  run_suite fuzz-short bash "$ROOT/scripts/fuzz.sh" "${BASALT_FUZZ_SECONDS:-150}"
 fi
 run_suite optimizer "$PY" "$ROOT/tests/opt/run_opt_tests.py" "$BASALT"
 # Transformer fusions on BERT-base/mini and the PaddleOCR recognizer: counts and outputs (~40 s).

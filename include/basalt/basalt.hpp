@@ -51,6 +51,10 @@ struct SessionOptions {
   // Run in a planned arena (runtime/planner.hpp). Off: every tensor comes from the heap (for
   // comparing results and memory); the plan is still made for the memory limit.
   bool memory_plan = true;
+  // Tensors the plan cannot place (sizes that depend on data: NonZero, Loop bodies, ...) come
+  // from a per-session pool of blocks reused across runs; at most this many bytes of idle
+  // blocks are kept (blocks returned beyond it are freed at once). 0 = keep none.
+  uint64_t dynamic_pool_bytes = uint64_t(64) << 20;
 };
 
 // Memory figures of a session (Session::memory_stats).
@@ -70,6 +74,12 @@ struct MemoryStats {
   uint64_t heap_fallbacks = 0;        // planned tensors that came from the heap (prediction missed)
   uint64_t unplanned_alias_runs = 0;  // runs that left the arena early (a kernel kept an unplanned view)
   uint64_t last_run_heap_bytes = 0;   // bytes the last run took from the heap via KernelContext
+  // The pool of tensors whose size depends on data (SessionOptions::dynamic_pool_bytes).
+  uint64_t dynamic_pool_hits = 0, dynamic_pool_misses = 0;  // requests served by an idle block / new blocks
+  uint64_t dynamic_pool_frees = 0;       // blocks given back to the OS (over the bound or trimmed)
+  uint64_t dynamic_pool_held_bytes = 0;  // idle blocks held now (at most dynamic_pool_bytes)
+  uint64_t dynamic_pool_in_use_bytes = 0;  // blocks tensors hold now
+  uint64_t dynamic_pool_peak_bytes = 0;  // largest idle + in use so far
 };
 
 // The memory plan of one input-shape signature (Session::plan_memory, `basalt plan`).
@@ -82,6 +92,7 @@ struct MemoryPlanReport {
   uint64_t weights_bytes = 0, packed_weights_bytes = 0;
   uint64_t peak_bytes = 0;            // weights + packed + arena + inputs + outputs
   int planned_tensors = 0, aliased_tensors = 0;
+  int in_place_tensors = 0;           // planned tensors written over their input's block
   std::vector<std::string> dynamic_values;  // sizes that depend on data: not in peak_bytes
 };
 

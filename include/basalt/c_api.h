@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 /* Version of the API described by this header. Bumped when functions or fields are added. */
-#define BASALT_API_VERSION 2
+#define BASALT_API_VERSION 3
 BASALT_C_EXPORT uint32_t basalt_api_version(void);
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -146,8 +146,11 @@ typedef struct basalt_session_options {
   int64_t plan_cache_entries; /* memory plans cached per input shape: 0 = default (32),
                                  BASALT_PLAN_CACHE_DISABLED = plan every run, else the bound */
   uint64_t plan_cache_bytes;  /* bound on the cached plans' arena bytes: 0 = default (2 GiB) */
+  /* --- API version 3 (appended) --- */
+  int64_t dynamic_pool_bytes; /* idle bytes the pool of data-dependent tensors keeps: 0 = default
+                                 (64 MiB), BASALT_DYNAMIC_POOL_NONE = keep none, else the bound */
 } basalt_session_options;
-#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 #define BASALT_SPIN_NEVER (-1)
 #define BASALT_OPT_DEFAULT 0
 #define BASALT_OPT_NONE 1
@@ -155,6 +158,7 @@ typedef struct basalt_session_options {
 #define BASALT_OPT_EXTENDED 3
 #define BASALT_OPT_ALL 4
 #define BASALT_PLAN_CACHE_DISABLED (-1)
+#define BASALT_DYNAMIC_POOL_NONE (-1)
 
 /* Loads a model. `options` may be NULL (defaults). On success *out is a new session that the caller
  * destroys with basalt_session_destroy(); weights are used in place from the memory-mapped file. */
@@ -186,6 +190,13 @@ typedef struct basalt_memory_stats {
   uint64_t heap_fallbacks;          /* planned tensors that came from the heap (prediction missed) */
   uint64_t unplanned_alias_runs;    /* runs that left the arena early */
   uint64_t last_run_heap_bytes;     /* bytes the last run took from the heap */
+  /* --- API version 3 (appended): the pool of data-dependent tensors --- */
+  uint64_t dynamic_pool_hits;       /* requests served by an idle block */
+  uint64_t dynamic_pool_misses;     /* requests that allocated a new block */
+  uint64_t dynamic_pool_frees;      /* blocks given back to the OS (over the bound or trimmed) */
+  uint64_t dynamic_pool_held_bytes; /* idle blocks held now */
+  uint64_t dynamic_pool_in_use_bytes; /* blocks tensors hold now */
+  uint64_t dynamic_pool_peak_bytes; /* largest idle + in use so far */
 } basalt_memory_stats;
 /* Fills *stats (whose struct_size the caller sets). Thread-safe. Since API version 2. */
 BASALT_C_EXPORT basalt_status* basalt_session_memory_stats(const basalt_session* session, basalt_memory_stats* stats);

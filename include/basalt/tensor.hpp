@@ -39,6 +39,11 @@ struct Storage {
   bool owned = false;           // allocated by basalt (freed in the destructor)
   bool mapped = false;          // owned and allocated with mmap (large blocks: munmap gives pages back)
   std::shared_ptr<const void> keep_alive;  // for views: whatever owns the bytes
+  // For a view of a read-only file mapping: a descriptor of that file (owned by keep_alive) and
+  // where the view starts in it, else -1. Tensor::read_bytes then copies with pread, so the pages
+  // read never join this process's resident memory (a page fault maps up to 16 neighbours too).
+  int file_fd = -1;
+  uint64_t file_offset = 0;
   Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -91,8 +96,22 @@ class Tensor {
 
   // Same storage, new shape (numel must match). No copy.
   Tensor reshaped(Shape shape) const;
-  // Deep copy.
+  // Deep copy (64-byte aligned, like every tensor basalt allocates).
   Tensor clone() const;
+  // True when the data address is a multiple of the element size (or there is no data). Every
+  // tensor basalt allocates is aligned. Only a view may not be: the loader leaves a large weight
+  // whose raw_data protobuf placed at an odd offset in the mapped file only when every reader is a
+  // kernel that copies it bytewise (OpKernel::reads_bytes_only); any other code must read such a
+  // tensor with memcpy, or take clone() first.
+  bool is_aligned() const {
+    size_t es = dtype_size(dtype_);
+    return es <= 1 || !raw() || reinterpret_cast<uintptr_t>(raw()) % es == 0;
+  }
+  // Copies bytes [offset, offset + n) of the data to dst: a byte read, safe on a misaligned
+  // tensor. A view of a file mapping (Storage::file_fd) is read with pread when n is large enough
+  // for the system call to pay (a row of an embedding table), so a run that reads a few rows of a
+  // large weight does not make the surrounding pages resident. The caller checks the range.
+  void read_bytes(size_t offset, size_t n, void* dst) const;
   // Element i converted to double / int64 (any numeric dtype). For shape-like inputs.
   double get_double(int64_t i) const;
   int64_t get_int(int64_t i) const;

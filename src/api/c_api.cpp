@@ -136,6 +136,13 @@ basalt::SessionOptions read_options(const basalt_session_options* o) {
   }
   if (has(offsetof(basalt_session_options, plan_cache_bytes), sizeof(uint64_t)) && o->plan_cache_bytes)
     so.plan_cache_bytes = o->plan_cache_bytes;
+  if (has(offsetof(basalt_session_options, dynamic_pool_bytes), sizeof(int64_t))) {
+    int64_t b = o->dynamic_pool_bytes;
+    if (b < 0 && b != BASALT_DYNAMIC_POOL_NONE)
+      invalid("basalt_session_options.dynamic_pool_bytes must be >= 0 or BASALT_DYNAMIC_POOL_NONE, got " + std::to_string(b));
+    if (b == BASALT_DYNAMIC_POOL_NONE) so.dynamic_pool_bytes = 0;
+    else if (b > 0) so.dynamic_pool_bytes = uint64_t(b);
+  }
   return so;
 }
 
@@ -344,7 +351,14 @@ basalt_status* basalt_session_memory_stats(const basalt_session* session, basalt
     r.heap_fallbacks = m.heap_fallbacks;
     r.unplanned_alias_runs = m.unplanned_alias_runs;
     r.last_run_heap_bytes = m.last_run_heap_bytes;
-    std::memcpy(stats, &r, kV2);
+    r.dynamic_pool_hits = m.dynamic_pool_hits;
+    r.dynamic_pool_misses = m.dynamic_pool_misses;
+    r.dynamic_pool_frees = m.dynamic_pool_frees;
+    r.dynamic_pool_held_bytes = m.dynamic_pool_held_bytes;
+    r.dynamic_pool_in_use_bytes = m.dynamic_pool_in_use_bytes;
+    r.dynamic_pool_peak_bytes = m.dynamic_pool_peak_bytes;
+    // A caller built against an older header gets the fields its struct has.
+    std::memcpy(stats, &r, struct_size < kV2 ? struct_size : kV2);
     if (struct_size > kV2) std::memset(reinterpret_cast<unsigned char*>(stats) + kV2, 0, struct_size - kV2);
   });
 }

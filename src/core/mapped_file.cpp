@@ -35,6 +35,8 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
       BASALT_THROW(Io, "cannot map '" + path + "': " + std::strerror(e));
     }
     m->data_ = static_cast<const uint8_t*>(p);
+    m->fd_ = fd;  // kept open: in-place weights may be read with pread (Tensor::read_bytes)
+    return m;
   }
   ::close(fd);
   return m;
@@ -46,6 +48,7 @@ void MappedFile::release_pages() const {
 
 MappedFile::~MappedFile() {
   if (data_) munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 }  // namespace basalt

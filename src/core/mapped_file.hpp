@@ -19,6 +19,9 @@ class MappedFile {
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // The file, open for reading while the mapping lives (pread of a few bytes without mapping their
+  // pages; see Storage::file_fd); -1 for an empty file.
+  int fd() const { return fd_; }
   // Gives the pages read so far back to the OS (madvise MADV_DONTNEED). The mapping stays valid:
   // a later access reads the page from the file again. Called after loading, when most weights
   // have been copied (unaligned raw data) and their file pages are no longer needed.
@@ -28,6 +31,7 @@ class MappedFile {
   MappedFile() = default;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;
   std::string path_;
 };
 

@@ -1,6 +1,7 @@
 #include <basalt/tensor.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -144,6 +145,25 @@ Tensor Tensor::reshaped(Shape shape) const {
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;
+}
+
+void Tensor::read_bytes(size_t offset, size_t n, void* dst) const {
+  const char* src = static_cast<const char*>(raw()) + offset;
+  // Below this a system call costs more than the page fault it saves.
+  constexpr size_t kPreadMinBytes = 256;
+  if (storage_ && storage_->file_fd >= 0 && n >= kPreadMinBytes) {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t r = pread(storage_->file_fd, static_cast<char*>(dst) + done, n - done,
+                        off_t(storage_->file_offset + offset + done));
+      if (r > 0) done += size_t(r);
+      else if (r < 0 && errno == EINTR) continue;
+      else break;  // the mapping stays valid: copy the rest from it
+    }
+    if (done < n) std::memcpy(static_cast<char*>(dst) + done, src + done, n - done);
+    return;
+  }
+  if (n) std::memcpy(dst, src, n);
 }
 
 Tensor Tensor::clone() const {

@@ -4,7 +4,10 @@
 //   pixels are processed in chunks of columns; each chunk's im2col is written straight into packed
 //   GEMM B panels in the workspace (so its size is bounded by conv2d_workspace_floats, not by the
 //   image), and the GEMM Y[Mg, cols] = W[Mg, Cg*KH*KW] x cols runs on weights packed at load.
-// - 1x1, stride 1, no padding: the input itself is the GEMM's B operand (no im2col).
+// - 1x1, stride 1, no padding: the input itself is the GEMM's B operand (no im2col): read in
+//   place by the microkernel for few output channels, else copied into panels chunk by chunk.
+// - With several threads and enough columns, whole chunks go to threads, each with its own
+//   column buffer (the same memory in total as one shared buffer).
 // - Depthwise (Cg == 1, G > 1): a direct kernel per channel, vectorized along the output width.
 // - Bias, residual (same shape as Y) and the activation are applied in the GEMM epilogue, i.e.
 //   on each tile while it is in cache.
@@ -42,12 +45,15 @@ struct PackedConvWeights {
 };
 PackedConvWeights pack_conv_weights(const GemmArch& g, const Conv2dShape& s, const float* w);
 
-// Workspace floats conv2d needs (0 for depthwise). `weights_packed`: a PackedConvWeights is given.
-int64_t conv2d_workspace_floats(const GemmArch& g, const Conv2dShape& s, bool weights_packed);
+// Workspace floats conv2d needs (0 for depthwise). `weights_packed`: a PackedConvWeights is given;
+// `threads`: those of the pool conv2d runs on (with several, each may get its own share of the
+// column buffer).
+int64_t conv2d_workspace_floats(const GemmArch& g, const Conv2dShape& s, bool weights_packed, int threads);
 
 // y[N, M, OH, OW] = act(conv(x, w) + bias[m] + residual). bias / residual may be null. `packed`
 // may be null (the weights are then packed into the workspace on every call); when given it must
-// have been packed with the same arch. Runs on `pool` (null = inline).
+// have been packed with the same arch. Runs on `pool` (null = inline); `workspace` holds
+// conv2d_workspace_floats(g, s, packed != null, pool's threads) floats.
 void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float* w, const PackedConvWeights* packed,
             const float* bias, const float* residual, const Activation& act, float* y, ThreadPool* pool, float* workspace);
 
@@ -62,6 +68,15 @@ void conv_depthwise_planes_avx2(const Conv2dShape& s, const float* x, const floa
                                 const float* residual, const Activation& act, float* y, int64_t c0, int64_t c1);
 void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const float* w, const float* bias,
                                   const float* residual, const Activation& act, float* y, int64_t c0, int64_t c1);
+
+// im2col of output pixels [col0, col0 + ncols) of one image and group (xg: its first input
+// channel), written as packed GEMM B panels [q0, q1) of `g`'s layout (panel q covers pixels
+// col0 + q*nr ...; row k = (ci*KH + kh)*KW + kw). Padding taps and pixels past the chunk are 0.
+// Per ISA (conv_im2col.inc); both give the same values.
+void im2col_pack_portable(const GemmArch& g, const Conv2dShape& s, const float* xg, int64_t col0, int64_t ncols,
+                          float* dst, int64_t q0, int64_t q1);
+void im2col_pack_avx512(const GemmArch& g, const Conv2dShape& s, const float* xg, int64_t col0, int64_t ncols,
+                        float* dst, int64_t q0, int64_t q1);
 
 // Reference twin: direct 7-loop convolution with double accumulation, then the epilogue.
 void conv2d_reference(const Conv2dShape& s, const float* x, const float* w, const float* bias, const float* residual,

@@ -5,10 +5,15 @@
 #include "kernels/conv.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <immintrin.h>
 #include <vector>
 
 namespace basalt::kernels {
+
+#define IM2COL_NAME im2col_pack_avx512
+#include "kernels/conv_im2col.inc"
+#undef IM2COL_NAME
 
 namespace {
 

@@ -9,7 +9,12 @@
 //   B panel over a K block (AVX-512: 6x64 in 24 zmm accumulators; AVX2: 6x16; portable: 4x16).
 // - The driver tiles C into blocks handed out dynamically by parallel_for, loops K in blocks of
 //   kc (the B panel slice stays in L1, the A block in L2), and applies the epilogue to each tile
-//   right after its last K block, while the tile is still in cache.
+//   with its last K block: inside the microkernel, on the registers before the store, where the
+//   ISA's kernel supports it (AVX-512), else as a pass over the tile while it is in cache.
+// - Operands too big for L2 (weights of big layers, large B matrices) are software-prefetched by
+//   the microkernel: the next A sliver into L1 and the next B slice into L2, a line per k step.
+//   The packed layouts make a K block of a panel contiguous, but consecutive panels lie K*mr (or
+//   K*nr) floats apart, which the hardware prefetchers do not follow across pages.
 // - A constant operand (weights) is packed once at load (pack_a / pack_b into a PackedMatrix);
 //   the other is packed per call into caller-provided workspace.
 //
@@ -43,13 +48,35 @@ struct Epilogue {
   Activation act;
 };
 
+// An Epilogue as a microkernel applies it to one tile while storing the tile's last K block
+// (no separate pass over C). Pointers are at the tile's element (0,0); null ones are skipped.
+// All activations but Sigmoid and Tanh (which need exp in double) are fused this way, where the
+// ISA's microkernel does it (GemmArch::fuses_epilogue).
+struct TileEpilogue {
+  float alpha = 1.f;
+  const float* row_bias = nullptr;  // [m]
+  const float* col_bias = nullptr;  // [n]
+  const float* residual = nullptr;  // m x n, row stride ldr
+  int64_t ldr = 0;
+  Activation act;
+};
+
 // One ISA's microkernel and its tile geometry.
 struct GemmArch {
   Isa isa;
   int mr, nr;  // tile rows (A panel height) and columns (B panel width)
   // C[0..m) x [0..n) (m <= mr, n <= nr, row stride ldc) = (accumulate ? C : 0) +
-  //   sum_{k < kc} a[k*mr + i] * b[k*nr + j]
-  void (*ukernel)(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate);
+  //   sum_{k < kc} a[k*mr + i] * b[k*ldb + j]
+  // ldb is nr for a packed B panel; a kernel with reads_plain_b reads only columns [0, n) of each
+  // B row, so ldb may also be the row stride of a plain row-major B.
+  // pf_a (may be null): the next A sliver (kc*mr floats), prefetched into L1 while this one runs.
+  // pf_b (may be null): kc cache lines from pf_b on, prefetched into L2 (a part of the next B
+  // slice). Prefetches are hints: they never fault and do not change the result.
+  // te (may be null; only passed when fuses_epilogue): applied to the result before it is stored.
+  void (*ukernel)(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
+                  bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te);
+  bool fuses_epilogue;  // the microkernel applies a TileEpilogue (any activation but Sigmoid and Tanh)
+  bool reads_plain_b;   // the microkernel can read B in place (GemmOperand::in_place)
   // Applies `ep` to the m x n tile at c, whose element (0,0) is C's (row0, col0).
   void (*epilogue)(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);
 };
@@ -90,6 +117,10 @@ struct GemmOperand {
   int64_t ld = 0;
   bool trans = false;
   const float* packed = nullptr;
+  // B only, not transposed: where the arch reads_plain_b, the microkernel reads data in place
+  // instead of a packed copy (a 1x1 convolution's input is already its B). Workspace sizes still
+  // assume packing, so callers need not know whether the arch does this.
+  bool in_place = false;
 };
 
 // Workspace floats sgemm needs for these operands (0 when both are packed).
@@ -107,8 +138,10 @@ void sgemm_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
                      bool tb, float* C, int64_t ldc, const Epilogue& ep);
 
 // Microkernels per ISA (defined in gemm_avx512.cpp / gemm_avx2.cpp; call only on CPUs that have them).
-void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate);
-void sgemm_ukernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate);
+void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
+                          bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te);
+void sgemm_ukernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
+                        bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te);
 // Epilogue over an m x n tile, compiled per ISA so the activations vectorize.
 void epilogue_tile_portable(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);
 void epilogue_tile_avx512(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);

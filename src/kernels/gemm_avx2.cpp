@@ -17,13 +17,18 @@ inline __m256i tail_mask(int n) {  // lanes [0, n) set, n in [1, 8]
 }
 
 template <int R, int NV>
-void tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int n, bool accumulate) {
+void tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
+          const float* pf_a,
+          const float* pf_b, const TileEpilogue* te) {
   __m256 s[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) s[r][v] = _mm256_setzero_ps();
   for (int64_t k = 0; k < kc; ++k) {
+    // prefetches as in gemm_avx512.cpp
+    if (pf_a) _mm_prefetch(reinterpret_cast<const char*>(pf_a + k * MR), _MM_HINT_T0);
+    if (pf_b) _mm_prefetch(reinterpret_cast<const char*>(pf_b + k * 16), _MM_HINT_T1);
     __m256 bv[NV];
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) bv[v] = _mm256_loadu_ps(b + v * 8);
@@ -34,7 +39,7 @@ void tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int
       for (int v = 0; v < NV; ++v) s[r][v] = _mm256_fmadd_ps(av, bv[v], s[r][v]);
     }
     a += MR;
-    b += NR;
+    b += ldb;
   }
   int tail = n - (NV - 1) * 8;
   __m256i last = tail_mask(tail >= 8 ? 8 : tail);
@@ -56,21 +61,25 @@ void tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int
 }
 
 template <int R>
-void tile_rows(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int n, bool accumulate) {
-  if (n <= 8) tile<R, 1>(kc, a, b, c, ldc, n, accumulate);
-  else tile<R, 2>(kc, a, b, c, ldc, n, accumulate);
+void tile_rows(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
+               const float* pf_a,
+               const float* pf_b, const TileEpilogue* te) {
+  if (n <= 8) tile<R, 1>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te);
+  else tile<R, 2>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te);
 }
 
 }  // namespace
 
-void sgemm_ukernel_avx2(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate) {
+void sgemm_ukernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
+                        bool accumulate,
+                        const float* pf_a, const float* pf_b, const TileEpilogue* te) {
   switch (m) {
-    case 1: tile_rows<1>(kc, a, b, c, ldc, n, accumulate); break;
-    case 2: tile_rows<2>(kc, a, b, c, ldc, n, accumulate); break;
-    case 3: tile_rows<3>(kc, a, b, c, ldc, n, accumulate); break;
-    case 4: tile_rows<4>(kc, a, b, c, ldc, n, accumulate); break;
-    case 5: tile_rows<5>(kc, a, b, c, ldc, n, accumulate); break;
-    default: tile_rows<6>(kc, a, b, c, ldc, n, accumulate); break;
+    case 1: tile_rows<1>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 2: tile_rows<2>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 3: tile_rows<3>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 4: tile_rows<4>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 5: tile_rows<5>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    default: tile_rows<6>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
   }
 }
 

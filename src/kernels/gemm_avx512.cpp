@@ -13,16 +13,29 @@ namespace {
 constexpr int MR = 6, NR = 64;
 
 template <int R, int NV>
-void tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int n, bool accumulate) {
+void tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
+          const float* pf_a,
+          const float* pf_b, const TileEpilogue* te) {
   __m512 s[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) s[r][v] = _mm512_setzero_ps();
+  int tail = n - (NV - 1) * 16;
+  const __mmask16 last = tail >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << tail) - 1);
   for (int64_t k = 0; k < kc; ++k) {
+    // The next A sliver (same size as this one) is fetched into L1 at the pace this one is
+    // consumed, so it is there when its call starts; pf_b: one line per k step of whatever the
+    // driver wants in L2 next (part of the next B slice).
+    if (pf_a) _mm_prefetch(reinterpret_cast<const char*>(pf_a + k * MR), _MM_HINT_T0);
+    if (pf_b) _mm_prefetch(reinterpret_cast<const char*>(pf_b + k * 16), _MM_HINT_T1);
     __m512 bv[NV];
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + v * 16);
+    for (int v = 0; v < NV; ++v) {
+      // the last vector loads only the tile's columns: B may be a plain matrix (ldb != NR)
+      // whose row ends there
+      bv[v] = v < NV - 1 ? _mm512_loadu_ps(b + v * 16) : _mm512_maskz_loadu_ps(last, b + v * 16);
+    }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       __m512 av = _mm512_set1_ps(a[r]);
@@ -30,10 +43,8 @@ void tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int
       for (int v = 0; v < NV; ++v) s[r][v] = _mm512_fmadd_ps(av, bv[v], s[r][v]);
     }
     a += MR;
-    b += NR;
+    b += ldb;
   }
-  int tail = n - (NV - 1) * 16;
-  __mmask16 last = tail >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << tail) - 1);
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -42,30 +53,72 @@ void tile(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int
       __mmask16 mk = v == NV - 1 ? last : __mmask16(0xFFFF);
       __m512 x = s[r][v];
       if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, p));
+      if (te) {  // the Epilogue's order of operations (activation.hpp, epilogue_row)
+        if (te->alpha != 1.f) x = _mm512_mul_ps(x, _mm512_set1_ps(te->alpha));
+        if (te->row_bias) x = _mm512_add_ps(x, _mm512_set1_ps(te->row_bias[r]));
+        if (te->col_bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, te->col_bias + v * 16));
+        if (te->residual) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, te->residual + r * te->ldr + v * 16));
+        // Clamps as blends on ordered compares (false for NaN), so NaN passes where std::max /
+        // std::min let it pass; `below(v, lo)` / `above(v, hi)`: v < lo -> lo, v > hi -> hi.
+        // (_mm512_max_ps / _mm512_min_ps would do, but trip GCC 12's -Wmaybe-uninitialized.)
+        auto below = [](__m512 v, __m512 lo) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo); };
+        auto above = [](__m512 v, __m512 hi) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi); };
+        // v <= 0 -> +0, as `v > 0 ? v : 0` and std::max(0.f, v) give (-0 becomes +0)
+        auto pos = [](__m512 v) {
+          return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+        };
+        // std::min(1.f, t) is 1 for NaN t (HardSigmoid's NaN result; HardSwish multiplies by x)
+        auto min1 = [](__m512 t) {
+          return _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, _mm512_set1_ps(1.f), _CMP_NLT_UQ), _mm512_set1_ps(1.f));
+        };
+        switch (te->act.kind) {
+          case ActKind::Relu: x = pos(x); break;
+          case ActKind::Clip: x = above(below(x, _mm512_set1_ps(te->act.a)), _mm512_set1_ps(te->act.b)); break;
+          case ActKind::HardSigmoid: {
+            __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(te->act.a), x), _mm512_set1_ps(te->act.b));
+            x = pos(min1(t));
+            break;
+          }
+          case ActKind::HardSwish: {
+            __m512 t = _mm512_add_ps(_mm512_div_ps(x, _mm512_set1_ps(6.f)), _mm512_set1_ps(0.5f));
+            x = _mm512_mul_ps(x, pos(min1(t)));
+            break;
+          }
+          case ActKind::LeakyRelu:
+            x = _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), x,
+                                   _mm512_set1_ps(te->act.a));
+            break;
+          default: break;
+        }
+      }
       _mm512_mask_storeu_ps(p, mk, x);
     }
 }
 
 template <int R>
-void tile_rows(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int n, bool accumulate) {
+void tile_rows(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
+               const float* pf_a,
+               const float* pf_b, const TileEpilogue* te) {
   switch ((n + 15) / 16) {
-    case 1: tile<R, 1>(kc, a, b, c, ldc, n, accumulate); break;
-    case 2: tile<R, 2>(kc, a, b, c, ldc, n, accumulate); break;
-    case 3: tile<R, 3>(kc, a, b, c, ldc, n, accumulate); break;
-    default: tile<R, 4>(kc, a, b, c, ldc, n, accumulate); break;
+    case 1: tile<R, 1>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 2: tile<R, 2>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 3: tile<R, 3>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    default: tile<R, 4>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
   }
 }
 
 }  // namespace
 
-void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, float* c, int64_t ldc, int m, int n, bool accumulate) {
+void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
+                          bool accumulate,
+                          const float* pf_a, const float* pf_b, const TileEpilogue* te) {
   switch (m) {
-    case 1: tile_rows<1>(kc, a, b, c, ldc, n, accumulate); break;
-    case 2: tile_rows<2>(kc, a, b, c, ldc, n, accumulate); break;
-    case 3: tile_rows<3>(kc, a, b, c, ldc, n, accumulate); break;
-    case 4: tile_rows<4>(kc, a, b, c, ldc, n, accumulate); break;
-    case 5: tile_rows<5>(kc, a, b, c, ldc, n, accumulate); break;
-    default: tile_rows<6>(kc, a, b, c, ldc, n, accumulate); break;
+    case 1: tile_rows<1>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 2: tile_rows<2>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 3: tile_rows<3>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 4: tile_rows<4>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 5: tile_rows<5>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    default: tile_rows<6>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
   }
 }
 

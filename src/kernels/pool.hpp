@@ -7,7 +7,10 @@
 // (taps added by ceil_mode beyond the end padding never count).
 #pragma once
 
+#include "kernels/cpu.hpp"
+
 #include <cstdint>
+#include <vector>
 
 namespace basalt {
 class ThreadPool;
@@ -24,6 +27,21 @@ struct Pool2D {
 };
 
 // y[p] = pool(x[p]) for each of `planes` planes of H*W inputs / OH*OW outputs, split over pool.
-void pool2d_f32(ThreadPool* pool, const float* x, float* y, int64_t planes, const Pool2D& g);
+// isa picks the kernel build (capped at best_isa()); every build gives bit-identical results
+// (same operations in the same order), and so does every thread count.
+void pool2d_f32(ThreadPool* pool, const float* x, float* y, int64_t planes, const Pool2D& g, Isa isa = best_isa());
+
+// Per-geometry tables shared by every plane: per output column / row the valid and padded tap
+// counts; the output columns with no valid tap.
+struct PoolTables {
+  explicit PoolTables(const Pool2D& g);
+  std::vector<float> cnt_w, pad_w, cnt_h, pad_h;
+  std::vector<int64_t> empty_cols;
+};
+// One build of the kernel over planes [p0, p1) (pool.cpp / pool_avx2.cpp / pool_avx512.cpp; call
+// the AVX ones only on CPUs that have them).
+void pool2d_planes_portable(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
+void pool2d_planes_avx2(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
+void pool2d_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
 
 }  // namespace basalt::kernels

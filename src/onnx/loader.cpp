@@ -31,7 +31,7 @@ struct BuildCtx {
   std::map<std::string, int64_t> opsets;
   ExternalDataResolver* ext = nullptr;
   std::shared_ptr<const void> keep;
-  bool file_backed = false;  // keep is a read-only MappedFile
+  const MappedFile* file = nullptr;  // the read-only mapping that keep owns; null for a model from memory
   const LoadOptions* opts = nullptr;
   Model* model = nullptr;
   std::map<FunctionKey, const pb::FunctionProto*> functions;
@@ -63,7 +63,10 @@ TypeInfo type_from_proto(const pb::TypeProto& t) {
 
 std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, BuildCtx& cx);
 
-Attribute convert_attr(const pb::AttributeProto& a, const std::string& node_desc, Scope* scope, BuildCtx& cx) {
+// `allow_misaligned`: a TENSOR value may be a misaligned view of the file (Constant nodes, whose
+// value becomes an initializer that align_weights_for_readers checks; see tensor_proto.hpp).
+Attribute convert_attr(const pb::AttributeProto& a, const std::string& node_desc, Scope* scope, BuildCtx& cx,
+                       bool allow_misaligned = false) {
   Attribute r;
   r.name = a.name;
   if (!a.ref_attr_name.empty())
@@ -92,7 +95,7 @@ Attribute convert_attr(const pb::AttributeProto& a, const std::string& node_desc
     case Attribute::Type::String: r.s = a.s.str(); break;
     case Attribute::Type::Tensor:
       if (!a.has_t) BASALT_THROW(InvalidModel, what + " of type TENSOR has no tensor");
-      r.t = tensor_from_proto(a.t, what, cx.keep, cx.ext, cx.file_backed);
+      r.t = tensor_from_proto(a.t, what, cx.keep, cx.ext, cx.file, allow_misaligned);
       break;
     case Attribute::Type::SparseTensor: r.t = tensor_from_sparse_proto(a.sparse_tensor, what, cx.ext); break;
     case Attribute::Type::Graph:
@@ -105,7 +108,7 @@ Attribute convert_attr(const pb::AttributeProto& a, const std::string& node_desc
       for (auto& s : a.strings) r.strings.push_back(s.str());
       break;
     case Attribute::Type::Tensors:
-      for (auto& t : a.tensors) r.tensors.push_back(tensor_from_proto(t, what, cx.keep, cx.ext, cx.file_backed));
+      for (auto& t : a.tensors) r.tensors.push_back(tensor_from_proto(t, what, cx.keep, cx.ext, cx.file));
       break;
     case Attribute::Type::Graphs:
       for (auto& g : a.graphs) r.graphs.push_back(build_graph(*g, scope, cx));
@@ -230,7 +233,7 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
   for (const auto& t : gp.initializer) {
     if (t.name.empty()) BASALT_THROW(InvalidModel, gname + ": initializer without a name");
     if (g->find_value(t.name) >= 0) BASALT_THROW(InvalidModel, gname + ": duplicate initializer '" + t.name + "'");
-    Tensor w = tensor_from_proto(t, "initializer '" + t.name + "'", cx.keep, cx.ext, cx.file_backed);
+    Tensor w = tensor_from_proto(t, "initializer '" + t.name + "'", cx.keep, cx.ext, cx.file, /*allow_misaligned=*/true);
     int id = g->add_value(t.name);
     auto& v = g->values[size_t(id)];
     v.is_initializer = true;
@@ -319,9 +322,10 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
     }
     n.opset = int(opset);
     std::set<std::string> attr_names;
+    const bool is_constant = n.op_type == "Constant" && n.domain.empty();
     for (const auto& a : pn.attribute) {
       if (!attr_names.insert(a.name).second) n.fail(ErrorCode::InvalidModel, "duplicate attribute '" + a.name + "'");
-      n.attrs.push_back(convert_attr(a, n.describe(), &scope, cx));
+      n.attrs.push_back(convert_attr(a, n.describe(), &scope, cx, is_constant));
     }
     for (const auto& in : pn.input) {
       if (in.empty()) {
@@ -433,6 +437,49 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
   return g;
 }
 
+// True when node n's kernel reads input `input` bytewise only (OpKernel::reads_bytes_only). The
+// kernel is created here just to ask; an op without a kernel, or whose factory refuses the node,
+// reads nothing in place (create_kernels reports the error later).
+bool reads_bytes_only(const Node& n, int input) {
+  const KernelFactory* f = OpRegistry::instance().find(n.domain, n.op_type, n.opset);
+  if (!f) return false;
+  try {
+    return (*f)(n)->reads_bytes_only(input);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Misaligned weights (onnx/tensor_proto.hpp): a misaligned view stays only when every reader is
+// a node input whose kernel reads it bytewise; a weight that is a graph output or captured by a
+// subgraph (whose readers are checked when they run) becomes an aligned copy, before the optimizer
+// (whose constant folding runs kernels) sees it.
+void align_weights_for_readers(Graph& g) {
+  std::vector<char> byte_readers_only(g.values.size(), 1);
+  bool any = false;
+  for (const auto& v : g.values) any |= v.is_initializer && !v.initializer.is_aligned();
+  for (const auto& n : g.nodes) {
+    for (const auto& a : n.attrs) {
+      if (a.g) align_weights_for_readers(*a.g);
+      for (auto& sg : a.graphs) align_weights_for_readers(*sg);
+    }
+    if (!any) continue;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      int v = n.inputs[i];
+      if (v >= 0 && byte_readers_only[size_t(v)] && !g.values[size_t(v)].initializer.is_aligned())
+        byte_readers_only[size_t(v)] = reads_bytes_only(n, int(i));
+    }
+    for (int v : n.implicit_inputs)
+      if (v >= 0) byte_readers_only[size_t(v)] = 0;
+  }
+  if (!any) return;
+  for (int v : g.outputs) byte_readers_only[size_t(v)] = 0;
+  for (size_t v = 0; v < g.values.size(); ++v) {
+    Tensor& w = g.values[v].initializer;
+    if (g.values[v].is_initializer && !w.is_aligned() && !byte_readers_only[v]) w = aligned_weight_copy(w);
+  }
+}
+
 void count_weights(const Graph& g, const uint8_t* lo, const uint8_t* hi, Model& m) {
   for (const auto& v : g.values) {
     if (!v.is_initializer) continue;
@@ -450,8 +497,9 @@ void count_weights(const Graph& g, const uint8_t* lo, const uint8_t* hi, Model& 
     }
 }
 
-std::shared_ptr<Model> load(const uint8_t* data, size_t size, std::shared_ptr<const void> keep, const std::string& path,
-                            const LoadOptions& opts) {
+// `file`: the mapping that `keep` owns and `data` lies in; null for a model from memory.
+std::shared_ptr<Model> load(const uint8_t* data, size_t size, std::shared_ptr<const void> keep, const MappedFile* file,
+                            const std::string& path, const LoadOptions& opts) {
   std::string what = path.empty() ? std::string("model") : "'" + path + "'";
   if (size == 0) BASALT_THROW(InvalidModel, what + " is empty (0 bytes)");
   pb::ModelProto mp;
@@ -489,11 +537,12 @@ std::shared_ptr<Model> load(const uint8_t* data, size_t size, std::shared_ptr<co
   cx.opsets = model->opsets;
   cx.ext = &ext;
   cx.keep = keep;
-  cx.file_backed = !path.empty();
+  cx.file = file;
   cx.opts = &opts;
   cx.model = model.get();
   for (const auto& f : mp.functions) cx.functions[{canonical_domain(f.domain), f.name}] = &f;
   model->graph = build_graph(mp.graph, nullptr, cx);
+  align_weights_for_readers(*model->graph);
   count_weights(*model->graph, data, data + size, *model);
   // The model does not keep the file: weights used in place hold their mapping alive, and once
   // nothing does, it is unmapped. Pages touched while parsing (and copying unaligned weights) are
@@ -507,7 +556,7 @@ std::shared_ptr<Model> load(const uint8_t* data, size_t size, std::shared_ptr<co
 
 std::shared_ptr<Model> load_model_file(const std::string& path, const LoadOptions& opts) {
   auto f = MappedFile::open(path);
-  auto m = load(f->data(), f->size(), f, path, opts);
+  auto m = load(f->data(), f->size(), f, f.get(), path, opts);
   f->release_pages();
   return m;
 }
@@ -518,7 +567,7 @@ std::shared_ptr<Model> load_model_bytes(const void* data, size_t size, const Loa
   if (!p) BASALT_THROW(MemoryLimit, "out of memory copying a " + std::to_string(size) + "-byte model");
   if (size) std::memcpy(p, data, size);
   std::shared_ptr<const void> keep(p, [](const void* q) { std::free(const_cast<void*>(q)); });
-  return load(static_cast<const uint8_t*>(p), size, keep, "", opts);
+  return load(static_cast<const uint8_t*>(p), size, keep, nullptr, "", opts);
 }
 
 }  // namespace basalt

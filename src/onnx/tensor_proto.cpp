@@ -29,7 +29,7 @@ static int64_t parse_int_field(const std::string& s, const std::string& what, co
 }
 
 const uint8_t* ExternalDataResolver::resolve(const pb::TensorProto& t, size_t expected, std::shared_ptr<const void>& keep,
-                                             const std::string& what) {
+                                             const std::string& what, const MappedFile** file) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (auto& [k, v] : t.external_data) {
@@ -68,6 +68,7 @@ const uint8_t* ExternalDataResolver::resolve(const pb::TensorProto& t, size_t ex
     BASALT_THROW(InvalidModel, what + ": external data length " + std::to_string(length) + " does not match the " +
                                    std::to_string(expected) + " bytes its shape and type need");
   keep = f;
+  if (file) *file = f.get();
   return f->data() + offset;
 }
 
@@ -100,8 +101,18 @@ static void release_file_range(const uint8_t* p, size_t n) {
   if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
+Tensor aligned_weight_copy(const Tensor& t) {
+  if (t.dtype() == DType::String || !t.raw()) return t.clone();
+  Tensor out = Tensor::uninit(t.dtype(), t.shape());
+  size_t n = t.nbytes();
+  if (n) std::memcpy(out.raw(), t.raw(), n);
+  const bool file_backed = t.storage() && t.storage()->file_fd >= 0;
+  if (file_backed && n >= (size_t(1) << 16)) release_file_range(static_cast<const uint8_t*>(t.raw()), n);
+  return out;
+}
+
 Tensor tensor_from_proto(const pb::TensorProto& t, const std::string& what, std::shared_ptr<const void> keep_alive,
-                         ExternalDataResolver* ext, bool file_backed) {
+                         ExternalDataResolver* ext, const MappedFile* file, bool allow_misaligned) {
   if (!dtype_is_known(t.data_type))
     BASALT_THROW(InvalidModel, what + ": unknown data type " + std::to_string(t.data_type));
   DType dt = DType(t.data_type);
@@ -123,10 +134,9 @@ Tensor tensor_from_proto(const pb::TensorProto& t, const std::string& what, std:
   size_t raw_n = 0;
   std::shared_ptr<const void> raw_keep = keep_alive;
   if (t.data_location == 1) {
-    file_backed = true;  // external data always comes from a mapped file
     if (!ext) BASALT_THROW(InvalidModel, what + ": external data is not allowed here");
     if (dt == DType::String) BASALT_THROW(InvalidModel, what + ": string tensors cannot use external data");
-    raw = ext->resolve(t, file_bytes, raw_keep, what);
+    raw = ext->resolve(t, file_bytes, raw_keep, what, &file);
     raw_n = file_bytes;
   } else if (t.has_raw) {
     raw = t.raw_data.p;
@@ -149,12 +159,20 @@ Tensor tensor_from_proto(const pb::TensorProto& t, const std::string& what, std:
       return out;
     }
     // Use in place when someone keeps the bytes alive, they are aligned for the type, and the
-    // tensor is big enough for a copy to matter.
-    if (raw_keep && file_bytes >= 64 && reinterpret_cast<uintptr_t>(raw) % es == 0)
-      return Tensor::view(dt, shape, const_cast<uint8_t*>(raw), raw_keep);
+    // tensor is big enough for a copy to matter. Misaligned bytes only when the caller will make
+    // sure that every reader copies them bytewise (see "Misaligned weights" in the header).
+    const bool aligned = reinterpret_cast<uintptr_t>(raw) % es == 0;
+    if (raw_keep && file_bytes >= 64 && (aligned || (allow_misaligned && file_bytes >= kMisalignedInPlaceMinBytes))) {
+      Tensor v = Tensor::view(dt, shape, const_cast<uint8_t*>(raw), raw_keep);
+      if (file && file->fd() >= 0) {
+        v.storage()->file_fd = file->fd();
+        v.storage()->file_offset = uint64_t(raw - file->data());
+      }
+      return v;
+    }
     Tensor out(dt, shape);
     if (file_bytes) std::memcpy(out.raw(), raw, file_bytes);
-    if (file_backed && file_bytes >= (size_t(1) << 16)) release_file_range(raw, file_bytes);
+    if (file && file_bytes >= (size_t(1) << 16)) release_file_range(raw, file_bytes);
     return out;
   }
 

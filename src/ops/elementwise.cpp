@@ -493,6 +493,25 @@ constexpr int kFastBin<MaxF> = int(kernels::BinaryOp::Max);
 template <>
 constexpr int kFastBin<MinF> = int(kernels::BinaryOp::Min);
 
+// The float32 cases of a binary op that need no broadcast plan: equal shapes, or one operand with
+// a single element and no more dims than the other (the output then has the other's shape).
+// Returns false (nothing done) for anything else.
+bool binary_f32_flat(KernelContext& ctx, kernels::BinaryOp op) {
+  const Tensor& a = ctx.input(0);
+  const Tensor& b = ctx.input(1);
+  if (a.dtype() != DType::Float || b.dtype() != DType::Float) return false;
+  kernels::BinMode mode;
+  const Tensor* big;
+  if (a.shape() == b.shape()) mode = kernels::BinMode::VecVec, big = &a;
+  else if (b.numel() == 1 && b.rank() <= a.rank()) mode = kernels::BinMode::VecScalar, big = &a;
+  else if (a.numel() == 1 && a.rank() <= b.rank()) mode = kernels::BinMode::ScalarVec, big = &b;
+  else return false;
+  Tensor& y = ctx.output_uninit(0, DType::Float, big->shape());
+  if (y.numel() == 0) return true;
+  kernels::binary_f32(ctx.pool(), op, mode, a.data<float>(), b.data<float>(), y.data<float>(), y.numel());
+  return true;
+}
+
 // y = Op(a, b) with broadcasting: the vectorized kernel for float32, the reference loop otherwise.
 // y may be a (in place) when a already has y's shape.
 template <class Op, class T>
@@ -509,6 +528,12 @@ KernelFactory arith_factory() {
   return [](const Node& n) {
     BinCfg cfg = parse_bin(n);
     return kernel([cfg](KernelContext& ctx) {
+      if constexpr (kFastBin<Op> >= 0) {
+        // float32 with equal shapes or a one-element operand (no more dims than the other): one
+        // flat pass of the row kernel, without the tensor copies and broadcast plan of the general
+        // path (their allocations dominate small ops).
+        if (!cfg.legacy && binary_f32_flat(ctx, kernels::BinaryOp(kFastBin<Op>))) return;
+      }
       BinArgs ar = bin_args(ctx, cfg);
       if constexpr (kFastBin<Op> >= 0) {
         if (ar.a.dtype() == DType::Float) {

@@ -144,32 +144,64 @@ void check_reduction_dtype(const KernelContext& ctx, Reduction red, DType dt) {
 // Gather family
 // ---------------------------------------------------------------------------------------------
 
-KernelFactory gather_factory() {
-  return [](const Node& n) {
-    int64_t axis = n.attr_int("axis", 0);
-    return kernel([axis](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      const Tensor& ind = ctx.input(1);
-      check_copyable(ctx, 0, x.dtype());
-      check_index_dtype(ctx, 1, ind);
-      int r = x.rank();
-      if (r == 0) ctx.fail(ErrorCode::InvalidArgument, "data must have rank >= 1");
-      int ax = normalize_axis(ctx, axis, r);
-      int64_t dim = x.dim(ax);
-      std::vector<int64_t> idx = ind.to_int64_vector();
-      for (auto& i : idx) i = fix_index(ctx, i, dim, "Gather");
-      const Shape& xs = x.shape();
-      Shape os(xs.begin(), xs.begin() + ax);
-      os.insert(os.end(), ind.shape().begin(), ind.shape().end());
-      os.insert(os.end(), xs.begin() + ax + 1, xs.end());
-      int64_t outer = prod(xs, 0, size_t(ax)), inner = prod(xs, size_t(ax) + 1, xs.size());
-      int64_t ni = int64_t(idx.size());
-      Tensor& y = ctx.output(0, x.dtype(), os);
+// Gather reads its data input only bytewise (Tensor::read_bytes, or copy_elems for strings, which
+// never come from the file in place), so it opts in to misaligned data (OpKernel::reads_bytes_only):
+// an embedding table can then stay in place in the model file, and a run reads only the rows it
+// gathers, with pread for a view of the file, so those rows' pages do not become resident.
+class GatherKernel final : public OpKernel {
+  static constexpr int64_t kMaxReadBytesRows = 4096;
+
+ public:
+  explicit GatherKernel(int64_t axis) : axis_(axis) {}
+  bool reads_bytes_only(int input) const override { return input == 0; }
+  void compute(KernelContext& ctx) const override {
+    const int64_t axis = axis_;
+    const Tensor& x = ctx.input(0);
+    const Tensor& ind = ctx.input(1);
+    check_copyable(ctx, 0, x.dtype());
+    check_index_dtype(ctx, 1, ind);
+    int r = x.rank();
+    if (r == 0) ctx.fail(ErrorCode::InvalidArgument, "data must have rank >= 1");
+    int ax = normalize_axis(ctx, axis, r);
+    int64_t dim = x.dim(ax);
+    std::vector<int64_t> idx = ind.to_int64_vector();
+    for (auto& i : idx) i = fix_index(ctx, i, dim, "Gather");
+    const Shape& xs = x.shape();
+    Shape os(xs.begin(), xs.begin() + ax);
+    os.insert(os.end(), ind.shape().begin(), ind.shape().end());
+    os.insert(os.end(), xs.begin() + ax + 1, xs.end());
+    int64_t outer = prod(xs, 0, size_t(ax)), inner = prod(xs, size_t(ax) + 1, xs.size());
+    int64_t ni = int64_t(idx.size());
+    Tensor& y = ctx.output_uninit(0, x.dtype(), os);  // every element is copied below
+    if (x.dtype() == DType::String) {
       for (int64_t o = 0; o < outer; ++o)
         for (int64_t j = 0; j < ni; ++j)
           copy_elems(x.dtype(), x.raw(), (o * dim + idx[size_t(j)]) * inner, y.raw(), (o * ni + j) * inner, inner);
-    });
-  };
+      return;
+    }
+    const size_t row = size_t(inner) * dtype_size(x.dtype());
+    const int64_t nrows = outer * ni;
+    if (row == 0 || nrows == 0) return;
+    auto* dst = static_cast<char*>(y.raw());
+    // read_bytes costs a system call per row for a view of the file; worth it for a few rows of a
+    // large table (an embedding lookup), not when the gather reads much of the table anyway.
+    const bool few_rows = nrows <= kMaxReadBytesRows && size_t(nrows) * row <= x.nbytes() / 4;
+    const auto* src = static_cast<const char*>(x.raw());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t j = 0; j < ni; ++j) {
+        size_t from = size_t(o * dim + idx[size_t(j)]) * row;
+        char* to = dst + size_t(o * ni + j) * row;
+        if (few_rows) x.read_bytes(from, row, to);
+        else std::memcpy(to, src + from, row);
+      }
+  }
+
+ private:
+  int64_t axis_;
+};
+
+KernelFactory gather_factory() {
+  return [](const Node& n) -> std::unique_ptr<OpKernel> { return std::make_unique<GatherKernel>(n.attr_int("axis", 0)); };
 }
 
 // Shared by GatherElements / ScatterElements: validates that `ind` has the rank of `x` and fits

@@ -49,6 +49,11 @@ class OpKernel {
   // original whenever that input's data is the original's or null. The runtime then drops the
   // original once no other node reads it (its data becomes null; shape and dtype stay).
   virtual bool replaces_constant(int input) const { return false; }
+  // True when prepare() and compute() read input `input` only as bytes (memcpy), never with a
+  // typed load, so it may be a misaligned tensor (Tensor::is_aligned() false): a weight used in
+  // place from the model file, where protobuf leaves raw_data unaligned. Default false: the
+  // runtime then hands this input an aligned copy (onnx/tensor_proto.hpp, "Misaligned weights").
+  virtual bool reads_bytes_only(int input) const { return false; }
   // Scratch memory compute() asks for through KernelContext::workspace(), for these input
   // shapes and the session's thread count. The memory planner puts it in the run's arena.
   virtual size_t workspace_bytes(std::span<const Shape> input_shapes, int threads) const { return 0; }

@@ -493,7 +493,7 @@ class ConvKernel final : public OpKernel {
     s.OH = 1;
     s.OW = int64_t(1) << 40;
     const kernels::GemmArch& g = kernels::gemm_arch_best();
-    return size_t(kernels::conv2d_workspace_floats(g, s, in[1] == packed_shape_)) * sizeof(float) + 128;
+    return size_t(kernels::conv2d_workspace_floats(g, s, in[1] == packed_shape_, threads)) * sizeof(float) + 128;
   }
 
   void compute(KernelContext& ctx) const override {
@@ -567,7 +567,8 @@ class ConvKernel final : public OpKernel {
       // The packed copy is used only for the very tensor it was made from: an initializer that is
       // also a graph input can be overridden by a feed.
       const bool use_packed = !packed_.groups.empty() && W.shape() == packed_shape_ && (W.raw() == packed_src_ || W.raw() == nullptr);
-      size_t ws = size_t(kernels::conv2d_workspace_floats(arch, s, use_packed)) * sizeof(float) + 128;
+      const int threads = ctx.pool() ? ctx.pool()->threads() : 1;
+      size_t ws = size_t(kernels::conv2d_workspace_floats(arch, s, use_packed, threads)) * sizeof(float) + 128;
       float* work = s.is_depthwise() ? nullptr : static_cast<float*>(ctx.workspace(ws));
       kernels::conv2d(arch, s, xf.data<float>(), wf.data<float>(), use_packed ? &packed_ : nullptr, bias, res, act_, y,
                       ctx.pool(), work);
@@ -1707,6 +1708,13 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
                   const FlatTaps& fy, const FlatTaps& fx, float extv, ThreadPool* pool) {
   const int64_t rows = planes * OH;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, OW * 2));
+  // Nearest along W (every output column copies one input column): a plain gather by column.
+  std::vector<int64_t> xsrc(static_cast<size_t>(OW));
+  bool x_all_copy = true;
+  for (int64_t xo = 0; xo < OW; ++xo) {
+    x_all_copy = x_all_copy && fx.copy[size_t(xo)] && !fx.ext[size_t(xo)];
+    xsrc[size_t(xo)] = x_all_copy ? fx.idx[size_t(fx.first[size_t(xo)])] : 0;
+  }
   parallel_for(pool, rows, grain, [&](int64_t r0, int64_t r1) {
     std::vector<float> hrow(static_cast<size_t>(W));  // this output row's H-axis values
     float* t = hrow.data();
@@ -1715,6 +1723,13 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
       const float* src = in + p * H * W;
       float* dst = out + r * OW;
       const int64_t y0 = fy.first[size_t(yo)], y1 = fy.first[size_t(yo) + 1];
+      // An output row that copies the same input row as the previous one (upsampling) repeats
+      // that row's output, when this chunk wrote it.
+      if (yo > 0 && r > r0 && fy.copy[size_t(yo)] && fy.copy[size_t(yo) - 1] && !fy.ext[size_t(yo)] &&
+          !fy.ext[size_t(yo) - 1] && fy.idx[size_t(y0)] == fy.idx[size_t(fy.first[size_t(yo) - 1])]) {
+        std::memcpy(dst, dst - OW, size_t(OW) * sizeof(float));
+        continue;
+      }
       const float* row = t;
       if (fy.ext[size_t(yo)]) {
         for (int64_t ix = 0; ix < W; ++ix) t[ix] = extv;
@@ -1727,6 +1742,11 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
           const float wk = fy.w[size_t(k)];
           for (int64_t ix = 0; ix < W; ++ix) t[ix] += wk * s0[ix];
         }
+      }
+      if (x_all_copy) {
+        const int64_t* xs = xsrc.data();
+        for (int64_t xo = 0; xo < OW; ++xo) dst[xo] = row[xs[xo]];
+        continue;
       }
       for (int64_t xo = 0; xo < OW; ++xo) {
         if (fx.ext[size_t(xo)]) {
@@ -1744,7 +1764,8 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
 }
 
 // Resize X (any float-like or numeric type) to out shape with per-axis scales and roi.
-Tensor resize_run(const KernelContext& ctx, const Tensor& X, const Shape& out, const std::vector<double>& scales,
+// float32 input resized on its last two axes is written straight into output 0 of ctx.
+Tensor resize_run(KernelContext& ctx, const Tensor& X, const Shape& out, const std::vector<double>& scales,
                   const std::vector<double>& rs, const std::vector<double>& re, const ResizeCfg& c) {
   if (c.mode == 0 && X.dtype() != DType::Float) {
     // Nearest: a pure gather, done on the native type (exact for int64, works for bool).
@@ -1797,7 +1818,7 @@ Tensor resize_run(const KernelContext& ctx, const Tensor& X, const Shape& out, c
     const int64_t H = cs[size_t(r - 2)], W = cs[size_t(r - 1)], OH = out[size_t(r - 2)], OW = out[size_t(r - 1)];
     FlatTaps fy = flat_taps(H, OH, c, scales[size_t(r - 2)], rs[size_t(r - 2)], re[size_t(r - 2)]);
     FlatTaps fx = flat_taps(W, OW, c, scales[size_t(r - 1)], rs[size_t(r - 1)], re[size_t(r - 1)]);
-    Tensor nt = Tensor::uninit(DType::Float, out);
+    Tensor nt = X.dtype() == DType::Float ? ctx.output_uninit(0, DType::Float, out) : Tensor::uninit(DType::Float, out);
     resize_last2(cur.data<float>(), nt.data<float>(), X.numel() / (H * W), H, W, OH, OW, fy, fx, c.extrapolation, ctx.pool());
     cur = nt;
     cs = out;

@@ -49,6 +49,53 @@ void from_dvec(Tensor& t, const std::vector<double>& v) {
   });
 }
 
+// LRN on float32 NCHW data: y = x / (bias + alpha/size * sum of x^2 over channels [c-lo, c+hi])^beta.
+// Work is split over (image, block of kLrnBlock spatial positions); per channel the window sum is
+// taken directly (no running sum, whose subtractions would cancel), then the power: beta 0.75
+// (GoogLeNet, AlexNet) as 1 / (sqrt(b) * sqrt(sqrt(b))) and beta 0.5 as 1 / sqrt(b) with the
+// vectorized square root, any other beta with powf. Float accumulation: relative error ~1e-6
+// against the double reference (checked by kernels_vec_test.cpp).
+void lrn_f32(ThreadPool* pool, const float* x, float* y, int64_t N, int64_t C, int64_t S, int64_t lo, int64_t hi,
+             float alpha, float beta, float bias, int64_t size) {
+  constexpr int64_t kLrnBlock = 256;
+  const int64_t blocks = (S + kLrnBlock - 1) / kLrnBlock;
+  if (N * C * S == 0) return;
+  const float a_n = float(double(alpha) / double(size));
+  const kernels::VecOps& vec = kernels::vec_ops();
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, C * std::min(S, kLrnBlock) * (hi + lo + 4)) );
+  parallel_for(pool, N * blocks, grain, [&](int64_t t0, int64_t t1) {
+    float acc[kLrnBlock], r1[kLrnBlock], r2[kLrnBlock];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / blocks, k0 = (t % blocks) * kLrnBlock, len = std::min(kLrnBlock, S - k0);
+      const float* xb = x + b * C * S + k0;
+      float* yb = y + b * C * S + k0;
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t c_lo = std::max<int64_t>(0, c - lo), c_hi = std::min(C - 1, c + hi);
+        for (int64_t k = 0; k < len; ++k) acc[k] = 0.0f;
+        for (int64_t c2 = c_lo; c2 <= c_hi; ++c2) {
+          const float* p = xb + c2 * S;
+          for (int64_t k = 0; k < len; ++k) acc[k] += p[k] * p[k];
+        }
+        for (int64_t k = 0; k < len; ++k) acc[k] = bias + a_n * acc[k];
+        const float* xc = xb + c * S;
+        float* yc = yb + c * S;
+        if (beta == 0.75f) {
+          vec.unary(kernels::UnaryOp::Sqrt, {}, acc, r1, len);
+          vec.unary(kernels::UnaryOp::Sqrt, {}, r1, r2, len);
+          for (int64_t k = 0; k < len; ++k) yc[k] = xc[k] / (r1[k] * r2[k]);
+        } else if (beta == 0.5f) {
+          vec.unary(kernels::UnaryOp::Sqrt, {}, acc, r1, len);
+          for (int64_t k = 0; k < len; ++k) yc[k] = xc[k] / r1[k];
+        } else if (beta == 1.0f) {
+          for (int64_t k = 0; k < len; ++k) yc[k] = xc[k] / acc[k];
+        } else {
+          for (int64_t k = 0; k < len; ++k) yc[k] = xc[k] * std::pow(acc[k], -beta);
+        }
+      }
+    }
+  });
+}
+
 void require_float(const KernelContext& ctx, int input, DType dt) {
   if (!is_float_like(dt)) unsupported_dtype(ctx, input, dt);
 }
@@ -201,6 +248,102 @@ void reduce_typed(RK kind, const Tensor& x, const ReducePlan& p, Tensor& y) {
   }
 }
 
+// float32 fast path of the reductions for the layouts real models use: after dropping size-1
+// dims and merging neighbours, the input is [outer, R, inner] with the R axis reduced and outer /
+// inner kept (either may be absent). Rows are read directly with strides instead of through the
+// offset lists of ReducePlan (which cost an allocation and an indirect load per element). Sums
+// accumulate in double as the reference does; Max/Min use the reference's comparisons, so a NaN
+// is kept. Returns false (nothing written) for other layouts, kinds, or empty tensors.
+bool reduce_f32_fast(KernelContext& ctx, RK kind, const Tensor& x, const std::vector<bool>& reduced,
+                     const Shape& out_shape) {
+  if (x.dtype() != DType::Float || x.numel() == 0) return false;
+  switch (kind) {
+    case RK::Sum: case RK::Mean: case RK::SumSquare: case RK::L1: case RK::L2: case RK::Max: case RK::Min: break;
+    default: return false;
+  }
+  std::vector<std::pair<bool, int64_t>> groups;  // (reduced, merged size), size-1 dims dropped
+  for (int d = 0; d < x.rank(); ++d) {
+    if (x.dim(d) == 1) continue;
+    if (!groups.empty() && groups.back().first == reduced[size_t(d)]) groups.back().second *= x.dim(d);
+    else groups.push_back({reduced[size_t(d)], x.dim(d)});
+  }
+  int64_t outer = 1, R = 1, inner = 1;
+  size_t g = 0;
+  if (g < groups.size() && !groups[g].first) outer = groups[g++].second;
+  if (g < groups.size() && groups[g].first) R = groups[g++].second;
+  if (g < groups.size() && !groups[g].first) inner = groups[g++].second;
+  if (g != groups.size() || R == 1) return false;
+  Tensor& y = ctx.output_uninit(0, DType::Float, out_shape);
+  const float* xd = x.data<float>();
+  float* yd = y.data<float>();
+  const bool is_max = kind == RK::Max, is_min = kind == RK::Min;
+  auto term = [kind](double v) {
+    switch (kind) {
+      case RK::SumSquare: case RK::L2: return v * v;
+      case RK::L1: return std::fabs(v);
+      default: return v;
+    }
+  };
+  auto finish = [kind, R](double acc) {
+    switch (kind) {
+      case RK::Mean: return float(acc / double(R));
+      case RK::L2: return float(std::sqrt(acc));
+      default: return float(acc);
+    }
+  };
+  // Reference comparisons (reduce_typed): a NaN replaces the running value once and then stays.
+  auto pick = [is_max](double acc, double v) {
+    if (is_max ? (v > acc || std::isnan(v)) : (v < acc || std::isnan(v))) return std::isnan(acc) ? acc : v;
+    return acc;
+  };
+  const double init = is_max ? -std::numeric_limits<double>::infinity()
+                             : is_min ? std::numeric_limits<double>::infinity() : 0.0;
+  if (inner == 1) {
+    // [outer, R]: one contiguous row per output.
+    const int64_t grain = std::max<int64_t>(1, 32768 / R);
+    parallel_for(ctx.pool(), outer, grain, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const float* s = xd + o * R;
+        if (is_max || is_min) {
+          double acc = init;
+          for (int64_t k = 0; k < R; ++k) acc = pick(acc, double(s[k]));
+          yd[o] = float(acc);
+        } else {
+          double a[4] = {0, 0, 0, 0};  // four chains, summed in a fixed order
+          int64_t k = 0;
+          for (; k + 4 <= R; k += 4)
+            for (int j = 0; j < 4; ++j) a[j] += term(double(s[k + j]));
+          for (; k < R; ++k) a[0] += term(double(s[k]));
+          yd[o] = finish((a[0] + a[1]) + (a[2] + a[3]));
+        }
+      }
+    });
+    return true;
+  }
+  // [outer, R, inner]: accumulate R rows of `inner` contiguous values, split over (outer, inner
+  // blocks of 256).
+  constexpr int64_t kBlk = 256;
+  const int64_t blocks = (inner + kBlk - 1) / kBlk;
+  const int64_t grain = std::max<int64_t>(1, 32768 / (R * std::min(inner, kBlk)));
+  parallel_for(ctx.pool(), outer * blocks, grain, [&](int64_t t0, int64_t t1) {
+    double acc[kBlk];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o = t / blocks, i0 = (t % blocks) * kBlk, n = std::min(kBlk, inner - i0);
+      for (int64_t i = 0; i < n; ++i) acc[i] = init;
+      for (int64_t k = 0; k < R; ++k) {
+        const float* s = xd + (o * R + k) * inner + i0;
+        if (is_max || is_min)
+          for (int64_t i = 0; i < n; ++i) acc[i] = pick(acc[i], double(s[i]));
+        else
+          for (int64_t i = 0; i < n; ++i) acc[i] += term(double(s[i]));
+      }
+      float* d = yd + o * inner + i0;
+      for (int64_t i = 0; i < n; ++i) d[i] = (is_max || is_min) ? float(acc[i]) : finish(acc[i]);
+    }
+  });
+  return true;
+}
+
 void register_reduce(OpRegistry& r, const char* name, RK kind, std::initializer_list<int> versions, int input_since) {
   for (int v : versions) {
     r.add(name, v, [kind, input_since](const Node& n) {
@@ -238,6 +381,13 @@ void register_reduce(OpRegistry& r, const char* name, RK kind, std::initializer_
             if (reduced[size_t(d)]) ctx.fail(ErrorCode::InvalidArgument, "axis " + std::to_string(a) + " is repeated");
             reduced[size_t(d)] = true;
           }
+        }
+        if (x.dtype() == DType::Float) {
+          Shape os;
+          for (int d = 0; d < rank; ++d)
+            if (!reduced[size_t(d)]) os.push_back(x.dim(d));
+            else if (keepdims) os.push_back(1);
+          if (reduce_f32_fast(ctx, kind, x, reduced, os)) return;
         }
         ReducePlan p = make_plan(x.shape(), reduced, keepdims);
         Tensor& y = ctx.output(0, x.dtype(), p.out_shape);
@@ -657,7 +807,7 @@ void register_norms(OpRegistry& r) {
     });
   }
 
-  // LRN
+  // LRN. float32: lrn_f32 (below); other float types: the double reference loop.
   for (int v : {1, 13}) {
     r.add("LRN", v, [](const Node& n) {
       float alpha = n.attr_float("alpha", 1e-4f);
@@ -671,9 +821,14 @@ void register_norms(OpRegistry& r) {
         if (x.rank() < 2) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 2, got " + shape_str(x.shape()));
         int64_t N = x.dim(0), C = x.dim(1), S = 1;
         for (int d = 2; d < x.rank(); ++d) S *= x.dim(d);
+        int64_t lo = (size - 1) / 2, hi = size - 1 - lo;  // floor, ceil
+        if (x.dtype() == DType::Float) {
+          Tensor& y = ctx.output_uninit(0, DType::Float, x.shape());
+          lrn_f32(ctx.pool(), x.data<float>(), y.data<float>(), N, C, S, lo, hi, alpha, beta, bias, size);
+          return;
+        }
         std::vector<double> xs = to_dvec(ctx, 0, x);
         std::vector<double> ys(xs.size());
-        int64_t lo = (size - 1) / 2, hi = size - 1 - lo;  // floor, ceil
         for (int64_t b = 0; b < N; ++b)
           for (int64_t c = 0; c < C; ++c)
             for (int64_t k = 0; k < S; ++k) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
 #include <random>
 
 namespace basalt {
@@ -99,6 +100,89 @@ Tensor strided_copy(const KernelContext& ctx, const Tensor& src, const Shape& os
     }
   });
   return out;
+}
+
+// Byte-level twin of strided_copy for element types without constructors (every dtype but
+// string), writing into caller memory: dst[index] = src[base + sum_d index[d] * st[d]] for every
+// index of oshape (strides and base in elements of `es` bytes). The output shape is collapsed
+// first (size-1 dims dropped, neighbours merged where the source is contiguous across them), so a
+// view whose innermost run is contiguous (Slice of outer axes, Split, a Transpose that keeps the
+// last axes, as in ShuffleNet's channel shuffle) copies whole rows with memcpy. Rows are split
+// over the pool in chunks of about 64 KB.
+void strided_copy_bytes(ThreadPool* pool, const uint8_t* src, uint8_t* dst, size_t es, const Shape& oshape,
+                        const std::vector<int64_t>& st, int64_t base) {
+  const int64_t total = shape_numel(oshape);
+  if (total == 0) return;
+  std::vector<int64_t> dims, strides;
+  for (size_t d = 0; d < oshape.size(); ++d) {
+    if (oshape[d] == 1) continue;
+    if (!dims.empty() && strides.back() == st[d] * oshape[d]) {
+      dims.back() *= oshape[d];
+      strides.back() = st[d];
+    } else {
+      dims.push_back(oshape[d]);
+      strides.push_back(st[d]);
+    }
+  }
+  if (dims.empty()) dims.push_back(1), strides.push_back(0);
+  const size_t r = dims.size();
+  const int64_t inner = dims[r - 1], ist = strides[r - 1], rows = total / inner;
+  const size_t row_bytes = size_t(inner) * es;
+  const int64_t grain = std::max<int64_t>(1, int64_t(65536 / std::max<size_t>(row_bytes, 1)));
+  parallel_for(pool, rows, grain, [&](int64_t r0, int64_t r1) {
+    // Source offset of row r0 (mixed radix over the outer dims), then an odometer.
+    std::vector<int64_t> idx(r, 0);
+    int64_t off = base, rem = r0;
+    for (size_t d = r - 1; d-- > 0;) {
+      idx[d] = rem % dims[d];
+      rem /= dims[d];
+      off += idx[d] * strides[d];
+    }
+    for (int64_t row = r0; row < r1; ++row) {
+      uint8_t* o = dst + size_t(row) * row_bytes;
+      const uint8_t* s = src + off * int64_t(es);
+      if (ist == 1) {
+        std::memcpy(o, s, row_bytes);
+      } else {
+        auto gather = [&]<class U>() {
+          U* ou = reinterpret_cast<U*>(o);
+          const U* su = reinterpret_cast<const U*>(s);
+          for (int64_t k = 0; k < inner; ++k) ou[k] = su[k * ist];
+        };
+        switch (es) {
+          case 1: gather.template operator()<uint8_t>(); break;
+          case 2: gather.template operator()<uint16_t>(); break;
+          case 4: gather.template operator()<uint32_t>(); break;
+          case 8: gather.template operator()<uint64_t>(); break;
+          default:
+            for (int64_t k = 0; k < inner; ++k) std::memcpy(o + size_t(k) * es, s + k * ist * int64_t(es), es);
+        }
+      }
+      for (size_t d = r - 1; d-- > 0;) {
+        if (++idx[d] < dims[d]) {
+          off += strides[d];
+          break;
+        }
+        off -= strides[d] * (dims[d] - 1);
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+// strided_copy into output `out` of ctx (its planned slot), with the byte-level copy; strings
+// take the element-wise path (std::string copies).
+void strided_copy_out(KernelContext& ctx, int out, const Tensor& src, const Shape& oshape,
+                      const std::vector<int64_t>& st, int64_t base) {
+  const size_t es = dtype_size(src.dtype());
+  if (src.dtype() == DType::String || es == 0) {
+    ctx.set_output(out, Value(strided_copy(ctx, src, oshape, st, base)));
+    return;
+  }
+  Tensor& y = ctx.output_uninit(out, src.dtype(), oshape);
+  if (y.numel() == 0) return;
+  strided_copy_bytes(ctx.pool(), static_cast<const uint8_t*>(src.raw()), static_cast<uint8_t*>(y.raw()), es, oshape,
+                     st, base);
 }
 
 // Batched 2-D transpose of T elements: x [B, R, C] -> y [B, C, R], in 16x16 tiles so both the
@@ -299,7 +383,7 @@ void do_split(KernelContext& ctx, int axis_attr, std::vector<int64_t> split, boo
     if (ctx.has_output(i)) {
       Shape os = x.shape();
       os[size_t(axis)] = split[size_t(i)];
-      ctx.set_output(i, Value(strided_copy(ctx, x, os, xs, start * xs[size_t(axis)])));
+      strided_copy_out(ctx, i, x, os, xs, start * xs[size_t(axis)]);
     }
     start += split[size_t(i)];
   }
@@ -355,7 +439,7 @@ void do_slice(KernelContext& ctx, const std::vector<int64_t>& starts, const std:
     st[size_t(a)] = xs[size_t(a)] * step;
     if (len > 0) base += s * xs[size_t(a)];
   }
-  ctx.set_output(0, Value(strided_copy(ctx, x, os, st, base)));
+  strided_copy_out(ctx, 0, x, os, st, base);
 }
 
 // ---------------------------------------------------------------- Pad
@@ -674,7 +758,14 @@ void register_tensor_ops(OpRegistry& r) {
         return;
       }
       if (transpose_fast(ctx, x, p)) return;
-      ctx.set_output(0, Value(transpose_copy(ctx, x, p)));
+      std::vector<int64_t> xs = shape_strides(x.shape());
+      Shape os(p.size());
+      std::vector<int64_t> st(p.size());
+      for (size_t d = 0; d < p.size(); ++d) {
+        os[d] = x.shape()[size_t(p[d])];
+        st[d] = xs[size_t(p[d])];
+      }
+      strided_copy_out(ctx, 0, x, os, st, 0);
     });
   });
 
@@ -704,12 +795,34 @@ void register_tensor_ops(OpRegistry& r) {
         ctx.set_output(0, ctx.input_value(0));
         return;
       }
-      Tensor& y = ctx.output(0, x0.dtype(), os);
-      if (y.numel() == 0) return;
       int64_t outer = 1, inner = 1;
       for (int d = 0; d < a; ++d) outer *= os[size_t(d)];
       for (int d = a + 1; d < rk; ++d) inner *= os[size_t(d)];
       int64_t orow = os[size_t(a)] * inner;
+      const size_t es = dtype_size(x0.dtype());
+      if (x0.dtype() != DType::String && es > 0) {
+        // Every output element is written: no zero fill. Pieces (input i, outer row b) are
+        // contiguous runs on both sides, copied with memcpy; outer rows split over the pool.
+        Tensor& y = ctx.output_uninit(0, x0.dtype(), os);
+        if (y.numel() == 0) return;
+        uint8_t* o = static_cast<uint8_t*>(y.raw());
+        const size_t orow_bytes = size_t(orow) * es;
+        const int64_t grain = std::max<int64_t>(1, int64_t(65536 / std::max<size_t>(orow_bytes, 1)));
+        parallel_for(ctx.pool(), outer, grain, [&](int64_t b0, int64_t b1) {
+          size_t col = 0;
+          for (int i = 0; i < ni; ++i) {
+            const Tensor& xi = ctx.input(i);
+            const size_t chunk = size_t(xi.dim(a) * inner) * es;
+            const uint8_t* s = static_cast<const uint8_t*>(xi.raw());
+            if (chunk)
+              for (int64_t b = b0; b < b1; ++b) std::memcpy(o + size_t(b) * orow_bytes + col, s + size_t(b) * chunk, chunk);
+            col += chunk;
+          }
+        });
+        return;
+      }
+      Tensor& y = ctx.output(0, x0.dtype(), os);
+      if (y.numel() == 0) return;
       dispatch_all(ctx, 0, x0.dtype(), [&]<class T>() {
         T* o = y.data<T>();
         int64_t col = 0;
@@ -790,7 +903,7 @@ void register_tensor_ops(OpRegistry& r) {
         ctx.set_output(0, ctx.input_value(0));
         return;
       }
-      ctx.set_output(0, Value(strided_copy(ctx, x, os, broadcast_strides(x.shape(), os), 0)));
+      strided_copy_out(ctx, 0, x, os, broadcast_strides(x.shape(), os), 0);
     });
   });
 

@@ -43,9 +43,15 @@ static Tensor make_output(KernelContext& ctx, int i, DType dtype, const Shape& s
   }
   ArenaRun* ar = ctx.run().arena;
   if (ar) {
-    if (void* p = ar->output(ctx.node(), i, dtype, shape)) {
+    if (void* p = ar->output(ctx.node(), i, dtype, shape, zero)) {
       Tensor t = Tensor::view(dtype, shape, p, ar->keep);
       if (zero && t.nbytes()) std::memset(p, 0, t.nbytes());
+      return t;
+    }
+    // No slot because the size depends on data (or a subgraph node): the session's bounded pool.
+    Tensor t = ar->dynamic(ctx.node(), i, dtype, shape);
+    if (t.defined()) {
+      if (zero && t.nbytes()) std::memset(t.raw(), 0, t.nbytes());
       return t;
     }
   }
@@ -70,6 +76,10 @@ void* KernelContext::workspace(size_t bytes) {
   if (bytes == 0) bytes = 64;
   if (run_.arena)
     if (void* p = run_.arena->workspace(node_, bytes)) return p;
+  if (bytes > workspace_size_ && run_.arena && run_.arena->pool) {
+    workspace_ = run_.arena->dynamic_workspace(node_, bytes);
+    workspace_size_ = bytes;
+  }
   if (bytes > workspace_size_) {
     void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p) fail(ErrorCode::MemoryLimit, "out of memory allocating a " + std::to_string(bytes) + "-byte workspace");

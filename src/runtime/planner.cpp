@@ -118,10 +118,90 @@ bool holds_inputs(const Node& n) {
          o == "ConcatFromSequence" || o == "SplitToSequence";
 }
 
+// Node attribute as an int, or `def` when absent or not an int.
+int64_t attr_or(const Node& n, const char* name, int64_t def) { return n.has_attr(name) ? n.attr_int(name, def) : def; }
+
 }  // namespace
 
+// The in-place contract, op by op. An op is listed only when its kernel, for the dtype and
+// shapes checked here, (1) asks for output 0 with KernelContext::output_uninit (a zero-filled
+// output() request would wipe the input first; ArenaRun::output refuses the in-place slot then,
+// so a kernel that changes this falls back to the heap instead of computing garbage), and (2)
+// computes each output element from the input elements at the same index only, reading them
+// before it stores (row kernels of kernels/eltwise.hpp state "x and y may be the same pointer";
+// threads split the index range, so no thread reads what another wrote). Every listed path is
+// float32: the reference paths of other dtypes use output() and are not listed.
+//   - fast_unary activations (src/ops/activation.cpp) and the float unary ops with a vectorized
+//     kernel (src/ops/elementwise.cpp, kFastUn): kernels::unary_f32 over the whole tensor.
+//   - Add/Sub/Mul/Div: binary_f32_plan walks output rows in order; an operand with the output's
+//     shape is read at the output's own offsets. A broadcast operand is read at other offsets,
+//     so it is never aliased (the shape check below excludes it).
+//   - BatchNormalization (inference): kernels' affine row per (n, c) plane, in place allowed.
+//   - Softmax/LogSoftmax over contiguous rows (inner size 1): the row kernel reads the row for
+//     its max before it writes, then rewrites its own output.
+//   - LayerNormalization with gamma/beta covering the normalized dims (layernorm_fast): the row
+//     kernel reads the whole row (mean, variance) before it writes it.
+// Not listed, and why: FusedConv's residual Z (the GEMM accumulates partial K sums into Y before
+// the epilogue reads Z), Pow/Where/Cast (output() or different dtypes), ops that may pass their
+// input through (Clip is safe: its float path always writes through unary_f32).
+std::vector<int> in_place_inputs(const Node& n, std::span<const std::pair<DType, Shape>> in,
+                                 const std::pair<DType, Shape>& out) {
+  static const std::unordered_set<std::string> unary = {
+      "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "Swish", "Clip",
+      "Exp",  "Sqrt",      "Erf",     "Reciprocal",  "Abs",       "Neg"};
+  static const std::unordered_set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
+  std::vector<int> r;
+  if (!n.domain.empty() && n.domain != "ai.onnx") return r;
+  if (out.first != DType::Float || n.outputs.empty()) return r;
+  auto same = [&](size_t k) { return k < in.size() && in[k].first == out.first && in[k].second == out.second; };
+  const std::string& op = n.op_type;
+  if (unary.count(op) || op == "Softmax" || op == "LogSoftmax" || op == "BatchNormalization" ||
+      op == "LayerNormalization") {
+    if (!same(0)) return r;
+    const Shape& s = out.second;
+    if (op == "Softmax" || op == "LogSoftmax") {
+      // Opset 13+: one axis, contiguous only when it is the last one. Before 13 the input is
+      // flattened at `axis` into rows, always contiguous.
+      if (n.opset >= 13 && !s.empty()) {
+        int64_t ax = attr_or(n, "axis", -1);
+        if (ax < 0) ax += int64_t(s.size());
+        if (ax != int64_t(s.size()) - 1) return r;
+      }
+      if (!s.empty() && s.back() == 0) return r;
+    } else if (op == "BatchNormalization") {
+      if (n.opset >= 14 && attr_or(n, "training_mode", 0) != 0) return r;
+      if (n.outputs.size() > 1) return r;  // running statistics: training graphs
+    } else if (op == "LayerNormalization") {
+      if (s.empty() || n.outputs.size() > 1) return r;  // mean / inv_std_dev outputs: not planned here
+      int64_t ax = attr_or(n, "axis", -1);
+      if (ax < 0) ax += int64_t(s.size());
+      if (ax < 0 || ax >= int64_t(s.size())) return r;
+      // layernorm_fast's condition: scale and bias are float, leading 1s then the normalized dims.
+      const size_t norm = s.size() - size_t(ax);
+      for (size_t k = 1; k < 3 && k < in.size(); ++k) {
+        const Shape& t = in[k].second;
+        if (t.size() == 1 && t[0] < 0) continue;  // omitted input
+        if (in[k].first != DType::Float || t.size() < norm) return r;
+        const size_t lead = t.size() - norm;
+        for (size_t d = 0; d < t.size(); ++d)
+          if (t[d] != (d < lead ? 1 : s[size_t(ax) + d - lead])) return r;
+      }
+    }
+    r.push_back(0);
+  } else if (binary.count(op)) {
+    if (same(0)) r.push_back(0);
+    if (same(1)) r.push_back(1);
+  }
+  return r;
+}
+
 MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Shape>> inputs, int threads,
-                             uint64_t weights_bytes, uint64_t packed_weights_bytes) {
+                             uint64_t weights_bytes, uint64_t packed_weights_bytes, bool in_place) {
+  static const bool in_place_env = [] {
+    const char* e = std::getenv("BASALT_PLAN_IN_PLACE");
+    return !(e && std::string(e) == "0");
+  }();
+  in_place = in_place && in_place_env;
   MemoryPlan plan;
   plan.key = shape_key(inputs);
   plan.weights_bytes = weights_bytes;
@@ -190,6 +270,7 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
     const InferredValue& x = iv[size_t(o)];
     if (x.known()) plan.outputs_bytes += x.bytes();
   }
+  std::vector<bool> planned(V, false);
   for (size_t v = 0; v < V; ++v) {
     if (def[v] < 0) continue;  // inputs, constants, captures
     const InferredValue& x = iv[v];
@@ -211,10 +292,64 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
     slot.dtype = x.dtype;
     slot.shape = x.shape;
     slot.bytes = x.bytes();
-    blocks.push_back({std::max<uint64_t>(slot.bytes, 1), def[v], std::max(def[v], plan.reserved_until[v])});
-    owner.push_back({false, v});
+    planned[v] = true;
     plan.tensor_bytes += align_up(std::max<uint64_t>(slot.bytes, 1));
     ++plan.planned_tensors;
+  }
+  // In place, in node order so that chains (Add -> Relu -> Mul) share one block: output 0 of an
+  // element-wise node takes the block of an input of the same dtype and shape that dies at this
+  // node, when nothing else (a view, a pass-through, a subgraph) keeps that input's storage
+  // beyond it (its alias group ends here). host[v]: the value whose block v lives in.
+  plan.in_place_of.assign(V, -1);
+  std::vector<int> host(V, -1);
+  for (size_t v = 0; v < V; ++v)
+    if (planned[v]) host[v] = int(v);
+  if (in_place) {
+    // storage[v]: the planned value whose block holds v's data: v itself, or for a view
+    // (Reshape, Flatten, ...) the planned value it views. An input that is a view is written
+    // over like its storage: a view keeps the element order, so index i is the same byte.
+    std::vector<int> storage(V, -1);
+    for (size_t v = 0; v < V; ++v)
+      if (planned[v]) storage[v] = int(v);
+    std::vector<std::pair<DType, Shape>> in_shapes;
+    for (int ni = 0; ni < N; ++ni) {
+      const Node& n = g.nodes[size_t(ni)];
+      if (view_ops().count(n.op_type) && !n.inputs.empty() && n.inputs[0] >= 0 && !n.outputs.empty() &&
+          n.outputs[0] >= 0 && is_view[size_t(n.outputs[0])])
+        storage[size_t(n.outputs[0])] = storage[size_t(n.inputs[0])];
+      if (!n.kernel || n.outputs.empty() || n.outputs[0] < 0 || !planned[size_t(n.outputs[0])]) continue;
+      const int o = n.outputs[0];
+      const MemoryPlan::Slot& os = plan.value_slot[size_t(o)];
+      in_shapes.clear();
+      for (int i : n.inputs) {
+        if (i < 0) in_shapes.push_back({DType::Undefined, Shape{-1}});
+        else if (!iv[size_t(i)].known()) in_shapes.push_back({DType::Undefined, Shape{}});
+        else in_shapes.push_back({iv[size_t(i)].dtype, iv[size_t(i)].shape});
+      }
+      for (int k : in_place_inputs(n, in_shapes, {os.dtype, os.shape})) {
+        const int x = n.inputs[size_t(k)];
+        if (x < 0 || storage[size_t(x)] < 0 || group_end[size_t(uf.find(x))] != ni) continue;
+        const int sx = storage[size_t(x)];
+        const MemoryPlan::Slot& xs = plan.value_slot[size_t(sx)];
+        if (xs.dtype != os.dtype || xs.bytes != os.bytes) continue;
+        host[size_t(o)] = host[size_t(sx)];
+        plan.in_place_of[size_t(o)] = x;
+        ++plan.in_place_tensors;
+        break;
+      }
+    }
+  }
+  // One block per host, live from the host's producer to the end of the last value it holds.
+  std::vector<int> block_end(V, -1);
+  for (size_t v = 0; v < V; ++v)
+    if (host[v] >= 0)
+      block_end[size_t(host[v])] = std::max({block_end[size_t(host[v])], def[v], plan.reserved_until[v]});
+  std::vector<size_t> block_of(V, ~size_t(0));
+  for (size_t v = 0; v < V; ++v) {
+    if (host[v] != int(v)) continue;
+    block_of[v] = blocks.size();
+    blocks.push_back({std::max<uint64_t>(plan.value_slot[v].bytes, 1), def[v], block_end[v]});
+    owner.push_back({false, v});
   }
   std::vector<Shape> shapes;
   for (int ni = 0; ni < N; ++ni) {
@@ -240,10 +375,10 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
   }
   uint64_t total = 0;
   std::vector<uint64_t> off = plan_offsets(blocks, &total);
-  for (size_t b = 0; b < blocks.size(); ++b) {
+  for (size_t b = 0; b < blocks.size(); ++b)
     if (owner[b].first) plan.workspace_slot[owner[b].second].offset = off[b];
-    else plan.value_slot[owner[b].second].offset = off[b];
-  }
+  for (size_t v = 0; v < V; ++v)
+    if (host[v] >= 0) plan.value_slot[v].offset = off[block_of[size_t(host[v])]];
   plan.arena_bytes = total;
   plan.peak_bytes = weights_bytes + packed_weights_bytes + plan.arena_bytes + plan.inputs_bytes + plan.outputs_bytes;
   return plan;
@@ -256,11 +391,20 @@ int ArenaRun::node_index(const Node& n) const {
   return int(&n - b);
 }
 
-void* ArenaRun::output(const Node& n, int i, DType dt, const Shape& shape) {
+void* ArenaRun::output(const Node& n, int i, DType dt, const Shape& shape, bool zero) {
   int ni = node_index(n);
   if (ni < 0 || size_t(i) >= n.outputs.size() || n.outputs[size_t(i)] < 0) return nullptr;
-  const MemoryPlan::Slot& s = plan->value_slot[size_t(n.outputs[size_t(i)])];
+  const int v = n.outputs[size_t(i)];
+  const MemoryPlan::Slot& s = plan->value_slot[size_t(v)];
   if (s.offset == MemoryPlan::kNone) return nullptr;
+  if (zero && size_t(v) < plan->in_place_of.size() && plan->in_place_of[size_t(v)] >= 0) {
+    // The slot is the input's block: zero-filling it now would destroy the input before the
+    // kernel reads it (a kernel breaking the in-place contract, see in_place_inputs).
+    if (std::getenv("BASALT_PLAN_DEBUG"))
+      std::fprintf(stderr, "plan miss: %s output %d: in-place slot asked for zero-filled\n", n.describe().c_str(), i);
+    ++fallbacks;
+    return nullptr;
+  }
   if (abandoned || !base || s.dtype != dt || s.shape != shape) {
     if (std::getenv("BASALT_PLAN_DEBUG"))
       std::fprintf(stderr, "plan miss: %s output %d: planned %s %s, got %s %s%s\n", n.describe().c_str(), i,
@@ -302,6 +446,46 @@ void ArenaRun::note_heap(const Node& n, int i, uint64_t bytes) {
     n.fail(ErrorCode::MemoryLimit, "the run exceeds the memory limit: planned peak " + std::to_string(plan->peak_bytes) +
                                        " bytes + " + std::to_string(heap_bytes) +
                                        " bytes of unplanned tensors > limit of " + std::to_string(limit) + " bytes");
+}
+
+Tensor ArenaRun::dynamic(const Node& n, int i, DType dt, const Shape& shape) {
+  if (!pool || dt == DType::String || dtype_size(dt) == 0) return {};
+  int ni = node_index(n);
+  if (ni >= 0) {
+    if (size_t(i) >= n.outputs.size() || n.outputs[size_t(i)] < 0) return {};
+    const int v = n.outputs[size_t(i)];
+    if (plan->value_slot[size_t(v)].offset != MemoryPlan::kNone || plan->value_slot[size_t(v)].in_peak) return {};
+    for (int o : graph->outputs)
+      if (o == v) return {};
+  }
+  // Sizes the heap path would refuse (negative or overflowing dims) go there for its error.
+  uint64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && numel > (uint64_t(1) << 56) / uint64_t(d))) return {};
+    numel *= uint64_t(d);
+  }
+  const uint64_t bytes = numel * dtype_size(dt);
+  if (bytes > (uint64_t(1) << 56)) return {};
+  note_heap(n, i, DynamicPool::size_class(bytes));
+  DynamicPool::Block b = pool->acquire(bytes);
+  trim_pool();
+  return Tensor::view(dt, shape, b.data, std::move(b.keep));
+}
+
+std::shared_ptr<void> ArenaRun::dynamic_workspace(const Node& n, uint64_t bytes) {
+  if (!pool) return nullptr;
+  note_heap(n, -1, DynamicPool::size_class(bytes));
+  DynamicPool::Block b = pool->acquire(bytes);
+  trim_pool();
+  // Aliasing constructor: the pointer is the block, ownership is the block's keep-alive.
+  return std::shared_ptr<void>(std::const_pointer_cast<void>(b.keep), b.data);
+}
+
+void ArenaRun::trim_pool() {
+  if (!limit || !plan || !pool) return;
+  const uint64_t used = plan->peak_bytes + heap_bytes;
+  if (used >= limit) return;
+  if (used + pool->stats().idle_bytes > limit) pool->trim(limit - used);
 }
 
 std::shared_ptr<const MemoryPlan> PlanCache::get(const std::string& key, const std::function<MemoryPlan()>& build) {

@@ -5,9 +5,12 @@
 //                    debugging and for tests that compare the two).
 //   build_memory_plan - shape inference (runtime/shape_infer.hpp) over the top-level graph, then
 //                    the size and lifetime of every statically known intermediate and of every
-//                    kernel workspace, then plan_offsets. Graph inputs and outputs and tensors
-//                    whose shape depends on data stay out of the arena (outputs belong to the
-//                    caller; dynamic tensors come from the heap at run time).
+//                    kernel workspace, then plan_offsets. An element-wise node whose input dies
+//                    at that node writes its output over the input's block (in place; see
+//                    in_place_inputs in planner.cpp for the ops and why each kernel is safe).
+//                    Graph inputs and outputs and tensors whose shape depends on data stay out
+//                    of the arena (outputs belong to the caller; dynamic tensors come from the
+//                    session's DynamicPool at run time, runtime/dynamic_pool.hpp).
 //   ArenaRun       - what one run uses: the plan plus the arena it runs in. KernelContext asks it
 //                    for output and workspace memory; every answer is checked against the plan
 //                    (dtype, shape, size), and anything unplanned or mismatched comes from the
@@ -16,6 +19,7 @@
 
 #include "graph/graph.hpp"
 #include "runtime/arena.hpp"
+#include "runtime/dynamic_pool.hpp"
 
 #include <basalt/tensor.hpp>
 
@@ -57,6 +61,11 @@ struct MemoryPlan {
   // Per value: the last node after which its storage may still be referenced (aliases such as
   // Reshape outputs extend it); the executor checks at that point that nothing else holds it.
   std::vector<int> reserved_until;
+  // Per value: the input value whose block it reuses in place (its node reads that input and
+  // writes this value over it, element by element), or -1. Such an output must be requested
+  // with KernelContext::output_uninit: zero-filling it would destroy the input before the kernel
+  // read it, so a zero-filled request for it is served from the heap instead (ArenaRun::output).
+  std::vector<int> in_place_of;
   uint64_t arena_bytes = 0;          // the arena a run needs
   uint64_t tensor_bytes = 0;         // sum of planned tensors before reuse
   uint64_t workspace_bytes = 0;      // largest single workspace (they live one node each)
@@ -64,6 +73,7 @@ struct MemoryPlan {
   uint64_t weights_bytes = 0, packed_weights_bytes = 0;
   uint64_t peak_bytes = 0;           // weights + packed + arena + inputs + outputs
   int planned_tensors = 0, aliased_tensors = 0;
+  int in_place_tensors = 0;          // planned tensors that reuse their input's block
   std::vector<std::string> dynamic_values;  // names of values whose size depends on data
   std::vector<std::string> dynamic_outputs; // graph outputs among them
 };
@@ -73,8 +83,18 @@ struct MemoryPlan {
 std::string shape_key(std::span<const std::pair<DType, Shape>> inputs);
 
 // inputs: one (dtype, shape) per g.inputs entry (see infer_shapes for omitted inputs).
+// in_place = false gives every planned tensor its own block (for comparisons; the environment
+// variable BASALT_PLAN_IN_PLACE=0 turns it off for a whole process).
 MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Shape>> inputs, int threads,
-                             uint64_t weights_bytes, uint64_t packed_weights_bytes);
+                             uint64_t weights_bytes, uint64_t packed_weights_bytes, bool in_place = true);
+
+// The inputs of node n (indices, preferred first) whose arena block its output 0 may take over
+// when the input dies at n: the kernel's contract for running in place. `in`/`out`: the inferred
+// dtype and shape of n's inputs and of output 0 (an omitted input is {Undefined, {-1}}, one whose
+// shape is not known {Undefined, {}}). Only inputs of exactly the output's dtype and
+// shape are listed (never a broadcast operand).
+std::vector<int> in_place_inputs(const Node& n, std::span<const std::pair<DType, Shape>> in,
+                                 const std::pair<DType, Shape>& out);
 
 // One run's view of its plan and arena (see the header comment). Single-threaded use: the node
 // loop of one run.
@@ -89,11 +109,14 @@ struct ArenaRun {
   uint64_t heap_bytes = 0;            // bytes this run took from the heap through KernelContext
   uint64_t fallbacks = 0;             // planned tensors that came from the heap (mismatch/abandon)
   uint64_t adopted = 0;               // heap outputs of kernels moved into their planned slot
+  // The session's pool for tensors without a slot (runtime/dynamic_pool.hpp); null = the heap.
+  DynamicPool* pool = nullptr;
 
   // Index of `n` in the planned graph, or -1 when it belongs to a subgraph.
   int node_index(const Node& n) const;
   // Memory for output i of node n with this dtype and shape, or null (then use the heap).
-  void* output(const Node& n, int i, DType dt, const Shape& shape);
+  // `zero`: the caller will zero-fill it (KernelContext::output); an in-place slot is refused then.
+  void* output(const Node& n, int i, DType dt, const Shape& shape, bool zero = false);
   // The planned slot of output i of node n when a kernel made that output on the heap itself
   // (set_output) with the planned dtype and shape: the executor moves it there. Null otherwise.
   void* adopt(const Node& n, int i, DType dt, const Shape& shape);
@@ -102,6 +125,16 @@ struct ArenaRun {
   // Called for every heap allocation of `bytes` for output i of node n (i = -1: a workspace);
   // throws MemoryLimit when the run would exceed the limit.
   void note_heap(const Node& n, int i, uint64_t bytes);
+  // A tensor from the pool for output i of node n when the plan has no slot for it (its size
+  // depends on data, or n is inside a subgraph) and it is not a graph output (those go to the
+  // caller); an undefined Tensor otherwise (then use the heap). Checked against the memory limit
+  // like a heap tensor; idle pool blocks count too and are trimmed to stay within the limit.
+  Tensor dynamic(const Node& n, int i, DType dt, const Shape& shape);
+  // Pool memory for a workspace of a node without a planned one; null when there is no pool.
+  std::shared_ptr<void> dynamic_workspace(const Node& n, uint64_t bytes);
+  // With a memory limit: frees idle pool blocks so that the plan, this run's heap tensors and
+  // the idle blocks together stay within it.
+  void trim_pool();
   bool contains(const void* p) const { return base && p >= base && p < base + size; }
 };
 

@@ -1,4 +1,5 @@
 // Kernel creation and preparation: the step between optimization and the first run.
+#include "onnx/tensor_proto.hpp"
 #include "ops/kernel.hpp"
 #include "runtime/model.hpp"
 
@@ -33,10 +34,23 @@ static std::vector<int> constant_readers(const Graph& g) {
   return r;
 }
 
+// Misaligned weights (onnx/tensor_proto.hpp): the loader kept a misaligned view only for byte
+// readers, but optimization may have rewired readers since. Here, with the final kernels, any
+// reader that has not opted in gets an aligned copy before its prepare() or compute() sees it.
+static void align_weight(Graph& g, int v) {
+  Tensor& w = g.values[size_t(v)].initializer;
+  if (g.values[size_t(v)].is_initializer && !w.is_aligned()) w = aligned_weight_copy(w);
+}
+
 static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, int threads) {
   const OpRegistry& reg = OpRegistry::instance();
   std::vector<const Tensor*> consts;
   std::vector<int> readers = constant_readers(g);
+  // Graph outputs and subgraph captures have readers that are not kernels of this graph.
+  for (int v : g.outputs) align_weight(g, v);
+  for (const auto& n : g.nodes)
+    for (int v : n.implicit_inputs)
+      if (v >= 0) align_weight(g, v);
   for (auto& n : g.nodes) {
     for (auto& a : n.attrs) {
       if (a.g) create_graph_kernels(*a.g, m, opts, threads);
@@ -58,7 +72,9 @@ static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, in
     consts.assign(n.inputs.size(), nullptr);
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       int v = n.inputs[i];
-      if (v >= 0 && g.values[size_t(v)].is_initializer) consts[i] = &g.values[size_t(v)].initializer;
+      if (v < 0 || !g.values[size_t(v)].is_initializer) continue;
+      if (!n.kernel->reads_bytes_only(int(i))) align_weight(g, v);
+      consts[i] = &g.values[size_t(v)].initializer;
     }
     {
       PrepareContext pc{n, consts, threads};

@@ -35,6 +35,7 @@ struct Session::Impl {
   // Memory (runtime/planner.hpp): plans by input signature and the arenas runs use.
   std::unique_ptr<PlanCache> plans;
   std::shared_ptr<ArenaPool> arenas = std::make_shared<ArenaPool>();
+  std::shared_ptr<DynamicPool> dynamic;  // tensors without a slot (runtime/dynamic_pool.hpp)
   mutable std::atomic<uint64_t> last_arena{0}, peak_run{0}, fallbacks{0}, alias_runs{0}, last_heap{0};
   std::shared_ptr<const MemoryPlan> plan_for(const std::vector<std::pair<DType, Shape>>& sig) const;
 };
@@ -107,6 +108,7 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
   impl->pool = opts.shared_pool ? ThreadPool::shared(threads, opts.spin_us) : std::make_shared<ThreadPool>(threads, opts.spin_us);
   impl->opts.threads = impl->pool->threads();
   impl->plans = std::make_unique<PlanCache>(opts.plan_cache_entries, opts.plan_cache_bytes);
+  impl->dynamic = std::make_shared<DynamicPool>(opts.dynamic_pool_bytes);
   if (opts.optimization_level < 0 || opts.optimization_level > 3)
     BASALT_THROW(InvalidArgument, "SessionOptions.optimization_level must be 0..3 (none, basic, extended, all), got " +
                                       std::to_string(opts.optimization_level));
@@ -341,6 +343,7 @@ std::vector<Value> Session::run_impl(const std::vector<std::pair<std::string, Va
     ar.plan = plan.get();
     ar.graph = &g;
     ar.limit = limit;
+    ar.pool = impl_->dynamic.get();
     if (plan->arena_bytes) {
       arena = impl_->arenas->acquire(plan->arena_bytes);
       ar.base = arena->data();
@@ -433,6 +436,13 @@ MemoryStats Session::memory_stats() const {
   s.heap_fallbacks = impl_->fallbacks;
   s.unplanned_alias_runs = impl_->alias_runs;
   s.last_run_heap_bytes = impl_->last_heap;
+  DynamicPool::Stats d = impl_->dynamic->stats();
+  s.dynamic_pool_hits = d.hits;
+  s.dynamic_pool_misses = d.misses;
+  s.dynamic_pool_frees = d.frees;
+  s.dynamic_pool_held_bytes = d.idle_bytes;
+  s.dynamic_pool_in_use_bytes = d.in_use_bytes;
+  s.dynamic_pool_peak_bytes = d.peak_bytes;
   return s;
 }
 
@@ -474,6 +484,7 @@ MemoryPlanReport Session::plan_memory(const std::map<std::string, Shape>& shapes
   r.peak_bytes = p->peak_bytes;
   r.planned_tensors = p->planned_tensors;
   r.aliased_tensors = p->aliased_tensors;
+  r.in_place_tensors = p->in_place_tensors;
   r.dynamic_values = p->dynamic_values;
   return r;
 }

@@ -206,6 +206,10 @@ int cmd_bench(const std::vector<std::string>& args) {
     j["plan_cache_misses"] = ms.plan_cache_misses;
     j["plan_cache_evictions"] = ms.plan_cache_evictions;
     j["arena_bytes"] = ms.arena_bytes;
+    j["dynamic_pool_hits"] = ms.dynamic_pool_hits;
+    j["dynamic_pool_misses"] = ms.dynamic_pool_misses;
+    j["dynamic_pool_held_bytes"] = ms.dynamic_pool_held_bytes;
+    j["dynamic_pool_peak_bytes"] = ms.dynamic_pool_peak_bytes;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model: %s\n", model.c_str());

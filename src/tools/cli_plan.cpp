@@ -70,6 +70,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     j["peak_bytes"] = r.peak_bytes;
     j["planned_tensors"] = r.planned_tensors;
     j["aliased_tensors"] = r.aliased_tensors;
+    j["in_place_tensors"] = r.in_place_tensors;
     j["dynamic_tensors"] = r.dynamic_values.size();
     j["dynamic_values"] = r.dynamic_values;
     j["memory_limit"] = opts.memory_limit;
@@ -79,9 +80,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::string sig;
     for (auto& [n, s] : shapes) sig += (sig.empty() ? "" : " ") + n + "=" + shape_str(s);
     std::printf("plan for %s\n", sig.c_str());
-    std::printf("  arena      %12llu bytes  %s  (%d tensors, %s before reuse; %d views need none)\n",
+    std::printf("  arena      %12llu bytes  %s  (%d tensors, %s before reuse, %d in place; %d views need none)\n",
                 (unsigned long long)r.arena_bytes, mb(r.arena_bytes).c_str(), r.planned_tensors,
-                mb(r.tensor_bytes).c_str(), r.aliased_tensors);
+                mb(r.tensor_bytes).c_str(), r.in_place_tensors, r.aliased_tensors);
     std::printf("  workspace  %12llu bytes  %s  (largest; inside the arena)\n", (unsigned long long)r.workspace_bytes,
                 mb(r.workspace_bytes).c_str());
     std::printf("  inputs     %12llu bytes  %s\n", (unsigned long long)r.inputs_bytes, mb(r.inputs_bytes).c_str());
@@ -90,7 +91,7 @@ int cmd_plan(const std::vector<std::string>& args) {
                 mb(r.weights_bytes).c_str(), (unsigned long long)r.packed_weights_bytes);
     std::printf("  peak       %12llu bytes  %s\n", (unsigned long long)r.peak_bytes, mb(r.peak_bytes).c_str());
     if (!r.dynamic_values.empty()) {
-      std::printf("  dynamic    %zu tensors whose size depends on data (heap, not in peak):", r.dynamic_values.size());
+      std::printf("  dynamic    %zu tensors whose size depends on data (pool, not in peak):", r.dynamic_values.size());
       for (size_t i = 0; i < r.dynamic_values.size() && i < 8; ++i) std::printf(" %s", r.dynamic_values[i].c_str());
       std::printf("%s\n", r.dynamic_values.size() > 8 ? " ..." : "");
     }

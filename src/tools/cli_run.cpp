@@ -267,6 +267,8 @@ bool parse_session_option(const std::vector<std::string>& args, size_t& i, Sessi
     }
   } else if (a == "--spin-us") {
     opts.spin_us = int(parse_int_arg(a, value(), 0));
+  } else if (a == "--dynamic-pool-bytes") {
+    opts.dynamic_pool_bytes = uint64_t(parse_int_arg(a, value(), 0));
   } else {
     return false;
   }

@@ -13,7 +13,10 @@
 #include <basalt/error.hpp>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <ctime>
 #include <memory>
 #include <random>
 
@@ -155,6 +158,98 @@ TEST(KernelsGemm, WritesOnlyItsTileAndHandlesKZero) {
   }
 }
 
+// The epilogue applied inside the microkernel (each fused activation, with biases and a residual):
+// NaN from the product comes out as the unfused ops give it (NaN, or 1 from HardSigmoid), a
+// residual and C with leading dimensions wider than N are indexed correctly, and nothing past
+// column N is written.
+TEST(KernelsGemm, FusedEpilogueKeepsNaNAndStrides) {
+  std::mt19937 rng(11);
+  const char* names[] = {"", "Relu", "Clip", "HardSigmoid", "HardSwish", "LeakyRelu"};
+  for (k::Isa isa : isas()) {
+    const k::GemmArch& g = k::gemm_arch(isa);
+    for (const char* name : names) {
+      for (int64_t K : {5, 200}) {
+        int64_t M = 14, N = 77, ldc = 90, ldr = 85;
+        auto A = rnd(M * K, rng), B = rnd(K * N, rng), rb = rnd(M, rng), cb = rnd(N, rng), res = rnd(M * ldr, rng);
+        A[size_t(3 * K + 1)] = std::nanf("");  // row 3 of the product is NaN
+        k::Epilogue ep;
+        ep.alpha = 0.75f;
+        ep.row_bias = rb.data();
+        ep.col_bias = cb.data();
+        ep.residual = res.data();
+        ep.ldr = ldr;
+        std::vector<float> params;
+        if (std::string(name) == "Clip") params = {-0.25f, 0.5f};
+        if (std::string(name) == "HardSigmoid") params = {0.3f, 0.4f};
+        if (std::string(name) == "LeakyRelu") params = {0.2f};
+        ASSERT_TRUE(k::parse_activation(name, params, ep.act, nullptr));
+        std::vector<float> want(static_cast<size_t>(M * N));
+        k::sgemm_reference(M, N, K, A.data(), K, false, B.data(), N, false, want.data(), N, ep);
+        std::vector<float> C(static_cast<size_t>(M * ldc), 123.f);
+        std::vector<float> ws(static_cast<size_t>(k::sgemm_workspace_floats(g, M, N, K, false, false)) + 16);
+        k::sgemm(g, M, N, K, {A.data(), K, false, nullptr}, {B.data(), N, false, nullptr}, C.data(), ldc, ep, nullptr,
+                 ws.data());
+        for (int64_t i = 0; i < M; ++i) {
+          for (int64_t j = 0; j < N; ++j) {
+            float got = C[size_t(i * ldc + j)], w = want[size_t(i * N + j)];
+            ASSERT_EQ(std::isnan(got), std::isnan(w)) << k::isa_name(isa) << " act '" << name << "' at " << i << "," << j;
+            if (!std::isnan(w)) {
+              ASSERT_NEAR(got, w, 1e-4f * (float(K) + 3.f)) << k::isa_name(isa) << " act '" << name << "'";
+            }
+          }
+          for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(C[size_t(i * ldc + j)], 123.f) << k::isa_name(isa);
+        }
+        const bool nan_out = std::string(name) != "HardSigmoid";
+        for (int64_t j = 0; j < N; ++j)
+          ASSERT_EQ(std::isnan(C[size_t(3 * ldc + j)]), nan_out) << k::isa_name(isa) << " " << name;
+      }
+    }
+  }
+}
+
+// B read in place (GemmOperand::in_place; AVX-512 reads a plain B, the other ISAs pack it): odd
+// column counts whose last vector ends inside the row (a masked load), a leading dimension wider
+// than N, B at the very end of its allocation (a full-width load past N would read past it),
+// K blocking, and 1, 2 and 3 threads.
+TEST(KernelsGemm, PlainBInPlaceMatchesReference) {
+  std::mt19937 rng(5);
+  auto ps = pools();
+  for (k::Isa isa : isas()) {
+    const k::GemmArch& g = k::gemm_arch(isa);
+    for (int iter = 0; iter < 12; ++iter) {
+      int64_t M = 1 + int64_t(rng() % 40), N = 1 + int64_t(rng() % 150), K = 1 + int64_t(rng() % (iter % 3 ? 60 : 400));
+      int64_t ldb = N + int64_t(rng() % 3) * 7;
+      auto A = rnd(M * K, rng), bias = rnd(M, rng);
+      // B's last row ends exactly at the end of the vector
+      auto B = rnd((K - 1) * ldb + N, rng);
+      k::Epilogue ep;
+      ep.row_bias = bias.data();
+      k::parse_activation("Relu", {}, ep.act, nullptr);
+      std::vector<float> want(static_cast<size_t>(M * N)), absum(static_cast<size_t>(M * N));
+      k::sgemm_reference(M, N, K, A.data(), K, false, B.data(), ldb, false, want.data(), N, ep);
+      std::vector<float> aa(A.size()), bb(B.size());
+      for (size_t i = 0; i < A.size(); ++i) aa[i] = std::fabs(A[i]);
+      for (size_t i = 0; i < B.size(); ++i) bb[i] = std::fabs(B[i]);
+      k::sgemm_reference(M, N, K, aa.data(), K, false, bb.data(), ldb, false, absum.data(), N, k::Epilogue{});
+      k::PackedMatrix pa = k::pack_a_matrix(g, M, K, A.data(), K, false);
+      for (auto& pool : ps) {
+        k::GemmOperand oa, ob;
+        oa.packed = pa.data.data();
+        ob.data = B.data();
+        ob.ld = ldb;
+        ob.in_place = true;
+        std::vector<float> ws(static_cast<size_t>(k::sgemm_workspace_floats(g, M, N, K, true, false)) + 16);
+        std::vector<float> got(static_cast<size_t>(M * N), std::nanf(""));
+        k::sgemm(g, M, N, K, oa, ob, got.data(), N, ep, pool.get(), ws.data());
+        expect_close(got, want, absum,
+                     std::string(k::isa_name(isa)) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                         " K=" + std::to_string(K) + " ldb=" + std::to_string(ldb));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
 TEST(KernelsGemm, ActivationParsing) {
   k::Activation a;
   std::string err;
@@ -214,6 +309,11 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
       {1, 2, 1, 18, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},       // depthwise 3x3, one input row
       {1, 4, 9, 40, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},       // depthwise 3x3 stride 1 dilation 2
       {1, 64, 20, 20, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // 400 outputs in two column chunks (K = 576)
+      {1, 16, 10, 15, 9, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},     // pointwise, 150 outputs: 3 panels, the last partial
+      {1, 6, 31, 29, 10, 1, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     // stride 2 im2col over several panels, padding both sides
+      {1, 5, 17, 23, 6, 1, 5, 5, 3, 3, 1, 1, 2, 2, 1, 1},      // stride 3 im2col, taps left of and past the row
+      {2, 64, 30, 30, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // many column chunks: whole chunks per thread, own buffers
+      {2, 256, 25, 25, 7, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},    // pointwise, whole chunks per thread
   };
   std::mt19937 rng(11);
   auto acts = activations();
@@ -240,7 +340,7 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
       k::PackedConvWeights pw = k::pack_conv_weights(g, s, w.data());
       for (auto& pool : ps)
         for (int packed = 0; packed < 2; ++packed) {
-          std::vector<float> ws(static_cast<size_t>(k::conv2d_workspace_floats(g, s, packed)) + 16);
+          std::vector<float> ws(static_cast<size_t>(k::conv2d_workspace_floats(g, s, packed, pool ? pool->threads() : 1)) + 16);
           std::vector<float> got(static_cast<size_t>(ysz), std::nanf(""));
           k::conv2d(g, s, x.data(), w.data(), packed ? &pw : nullptr, bias, resid, act, got.data(), pool.get(), ws.data());
           expect_close(got, want, absum,
@@ -459,4 +559,67 @@ TEST(KernelsOps, FusedConvMatchesConvPlusActivation) {
   EXPECT_THROW(run_op("FusedConv", 1, {x, w}, {attr("activation", "Mish")}, 1, "basalt"), Error);
   // residual of the wrong shape
   EXPECT_THROW(run_op("FusedConv", 1, {x, w, Value(), rand_tensor({1, 3, 2, 2}, rng)}, {}, 1, "basalt"), Error);
+}
+
+// Not a test: timings of the GEMM and convolution shapes of ../shared/KERNELS.md (1 thread, this
+// thread's CPU time, median of 15 runs, % of the 230 GFLOP/s per-core AVX-512 peak). Run with
+//   build/basalt_tests --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_Timings*'
+TEST(KernelsBench, DISABLED_Timings) {
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return double(ts.tv_sec) + double(ts.tv_nsec) * 1e-9;
+  };
+  auto median_of = [&](auto&& fn) {
+    std::vector<double> t;
+    for (int i = 0; i < 17; ++i) {
+      double t0 = cpu_now();
+      fn();
+      if (i >= 2) t.push_back(cpu_now() - t0);
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  const k::GemmArch& g = k::gemm_arch_best();
+  std::mt19937 rng(1);
+  auto report = [](const std::string& what, double sec, double flop) {
+    double gf = flop / sec / 1e9;
+    std::printf("%-36s %8.3f ms %7.1f GFLOP/s %4.0f%% of peak\n", what.c_str(), sec * 1e3, gf, gf / 230.0 * 100);
+  };
+  struct G {
+    int64_t M, N, K;
+  };
+  for (G s : {G{128, 768, 768}, G{128, 3072, 768}, G{128, 768, 3072}}) {
+    auto A = rnd(s.M * s.K, rng), B = rnd(s.K * s.N, rng);
+    std::vector<float> C(static_cast<size_t>(s.M * s.N));
+    k::PackedMatrix pb = k::pack_b_matrix(g, s.K, s.N, B.data(), s.N, false);
+    std::vector<float> ws(static_cast<size_t>(k::sgemm_workspace_floats(g, s.M, s.N, s.K, false, true)) + 16);
+    k::GemmOperand oa{A.data(), s.K, false, nullptr}, ob;
+    ob.packed = pb.data.data();
+    double sec = median_of([&] { k::sgemm(g, s.M, s.N, s.K, oa, ob, C.data(), s.N, k::Epilogue{}, nullptr, ws.data()); });
+    report("gemm " + std::to_string(s.M) + "x" + std::to_string(s.N) + "x" + std::to_string(s.K) + " (B packed)", sec,
+           2.0 * double(s.M * s.N * s.K));
+  }
+  struct Cv {
+    int64_t C, H, M, KH, stride, groups;
+  };
+  for (Cv c : {Cv{3, 224, 64, 7, 2, 1}, Cv{256, 56, 64, 1, 1, 1}, Cv{64, 56, 64, 3, 1, 1}, Cv{128, 28, 128, 3, 1, 1},
+               Cv{2048, 7, 512, 1, 1, 1}, Cv{144, 56, 144, 3, 1, 144}}) {
+    k::Conv2dShape s;
+    s.C = c.C, s.H = s.W = c.H, s.M = c.M, s.G = c.groups, s.KH = s.KW = c.KH, s.sh = s.sw = c.stride;
+    s.pt = s.pl = c.KH / 2;
+    s.OH = s.OW = (c.H + 2 * s.pt - c.KH) / c.stride + 1;
+    auto x = rnd(s.C * s.H * s.W, rng), w = rnd(s.M * s.Cg() * s.KH * s.KW, rng), b = rnd(s.M, rng);
+    std::vector<float> y(static_cast<size_t>(s.M * s.OH * s.OW));
+    k::PackedConvWeights pw = k::pack_conv_weights(g, s, w.data());
+    std::vector<float> ws(static_cast<size_t>(k::conv2d_workspace_floats(g, s, true, 1)) + 16);
+    k::Activation relu;
+    relu.kind = k::ActKind::Relu;
+    double sec = median_of([&] {
+      k::conv2d(g, s, x.data(), w.data(), &pw, b.data(), nullptr, relu, y.data(), nullptr, ws.data());
+    });
+    report("conv " + std::to_string(c.KH) + "x" + std::to_string(c.KH) + " s" + std::to_string(c.stride) + " " +
+               std::to_string(c.C) + "->" + std::to_string(c.M) + (c.groups > 1 ? " dw" : "") + " @" + std::to_string(c.H),
+           sec, 2.0 * double(s.M * s.OH * s.OW * s.Cg() * s.KH * s.KW));
+  }
 }

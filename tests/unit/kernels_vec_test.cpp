@@ -452,5 +452,217 @@ TEST(KernelsVecOps, RecurrentLstmGru) {
   }
 }
 
+
+// The 2-D pooling kernel: every ISA build and 1-3 threads give bit-identical results (same
+// operations in the same order), on widths around the vector lengths (tails), strides 1, 2 and 3,
+// dilations, asymmetric padding and windows wider than the image; the portable build against the
+// generic N-d reference is covered by KernelsVecOps.Pooling.
+TEST(KernelsVec, Pool2dEveryIsaAndThreadCount) {
+  std::mt19937 rng(13);
+  struct G {
+    int64_t H, W, kh, kw, sh, sw, dh, dw, ph, pw, ph_end, pw_end;
+  };
+  const G cases[] = {
+      {7, 1, 3, 1, 1, 1, 1, 1, 1, 0, 1, 0},   {9, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},
+      {9, 17, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0},  {13, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},
+      {11, 111, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0}, {8, 31, 2, 2, 2, 2, 1, 1, 0, 0, 1, 1},
+      {10, 35, 3, 5, 3, 3, 2, 2, 2, 2, 2, 1}, {6, 7, 9, 11, 1, 1, 1, 1, 2, 3, 1, 3},
+      {15, 64, 5, 5, 1, 2, 1, 2, 2, 4, 2, 4},
+  };
+  for (const G& c : cases)
+    for (int avg = 0; avg < 2; ++avg)
+      for (int incl = 0; incl < 1 + avg; ++incl) {
+        kernels::Pool2D g;
+        g.H = c.H, g.W = c.W, g.kh = c.kh, g.kw = c.kw, g.sh = c.sh, g.sw = c.sw, g.dh = c.dh, g.dw = c.dw;
+        g.ph = c.ph, g.pw = c.pw, g.ph_end = c.ph_end, g.pw_end = c.pw_end;
+        g.OH = (c.H + c.ph + c.ph_end - ((c.kh - 1) * c.dh + 1)) / c.sh + 1;
+        g.OW = (c.W + c.pw + c.pw_end - ((c.kw - 1) * c.dw + 1)) / c.sw + 1;
+        g.avg = avg != 0;
+        g.count_include_pad = incl != 0;
+        const int64_t planes = 5;
+        std::vector<float> x = random_floats(rng, planes * c.H * c.W, -3.f, 3.f);
+        std::vector<float> ref(static_cast<size_t>(planes * g.OH * g.OW));
+        kernels::pool2d_f32(nullptr, x.data(), ref.data(), planes, g, Isa::Portable);
+        const std::string what = std::string(avg ? "avg" : "max") + (incl ? " incl" : "") + " H" +
+                                 std::to_string(c.H) + " W" + std::to_string(c.W) + " k" + std::to_string(c.kh) +
+                                 "x" + std::to_string(c.kw) + " s" + std::to_string(c.sw);
+        // Spot-check the portable build against a direct evaluation of the definition.
+        for (int64_t p = 0; p < planes; ++p)
+          for (int64_t oy = 0; oy < g.OH; ++oy)
+            for (int64_t ox = 0; ox < g.OW; ++ox) {
+              double acc = avg ? 0.0 : -INFINITY;
+              int64_t valid = 0, padded = 0;
+              for (int64_t ky = 0; ky < g.kh; ++ky)
+                for (int64_t kx = 0; kx < g.kw; ++kx) {
+                  const int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
+                  if (iy >= -g.ph && iy < g.H + g.ph_end && ix >= -g.pw && ix < g.W + g.pw_end) ++padded;
+                  if (iy < 0 || iy >= g.H || ix < 0 || ix >= g.W) continue;
+                  ++valid;
+                  const double v = x[size_t((p * g.H + iy) * g.W + ix)];
+                  acc = avg ? acc + v : std::max(acc, v);
+                }
+              const int64_t cnt = incl ? padded : valid;
+              const double want = valid == 0 ? 0.0 : (avg ? acc / double(cnt) : acc);
+              ASSERT_NEAR(ref[size_t((p * g.OH + oy) * g.OW + ox)], want, 1e-6 * (1 + std::fabs(want)))
+                  << what << " at " << p << "," << oy << "," << ox;
+            }
+        for (Isa isa : isas())
+          for (int threads : {1, 2, 3}) {
+            std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads, 0) : nullptr;
+            std::vector<float> y(ref.size(), 12345.f);
+            kernels::pool2d_f32(pool.get(), x.data(), y.data(), planes, g, isa);
+            ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)))
+                << what << " isa " << kernels::isa_name(isa) << " threads " << threads;
+          }
+      }
+}
+
+// Copy-style ops (Transpose that keeps the last axes, Slice with steps, Split, Concat, Expand)
+// against a direct index computation, on 1-3 threads, with sizes large enough to be split over
+// the pool and odd ones; float32 and a 2-byte and an 8-byte type (the byte-level copy).
+TEST(KernelsVecOps, CopyOpsAgainstIndexing) {
+  std::mt19937 rng(14);
+  auto strides_of = [](const Shape& s) {
+    std::vector<int64_t> st(s.size(), 1);
+    for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+    return st;
+  };
+  // Calls f(out_index, in_offset) for each output element; in_offset = base + sum idx[d] * st[d].
+  auto walk = [](const Shape& os, const std::vector<int64_t>& st, int64_t base, auto&& f) {
+    std::vector<int64_t> idx(os.size(), 0);
+    const int64_t n = shape_numel(os);
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t off = base;
+      for (size_t d = 0; d < os.size(); ++d) off += idx[d] * st[d];
+      f(i, off);
+      for (size_t d = os.size(); d-- > 0;) {
+        if (++idx[d] < os[d]) break;
+        idx[d] = 0;
+      }
+    }
+  };
+  auto typed = [&](const Tensor& f, DType dt) {
+    if (dt == DType::Float) return f;
+    Tensor t(dt, f.shape());
+    for (int64_t i = 0; i < f.numel(); ++i) {
+      if (dt == DType::Int64) t.data<int64_t>()[i] = int64_t(f.data<float>()[i] * 1000);
+      else t.data<int16_t>()[i] = int16_t(f.data<float>()[i] * 1000);
+    }
+    return t;
+  };
+  auto expect_gather = [&](const Tensor& y, const Tensor& x, const Shape& os, const std::vector<int64_t>& st,
+                           int64_t base, const std::string& what) {
+    ASSERT_EQ(y.shape(), os) << what;
+    ASSERT_EQ(y.dtype(), x.dtype()) << what;
+    const size_t es = dtype_size(x.dtype());
+    const auto* xb = static_cast<const uint8_t*>(x.raw());
+    const auto* yb = static_cast<const uint8_t*>(y.raw());
+    bool ok = true;
+    int64_t bad = -1;
+    walk(os, st, base, [&](int64_t i, int64_t off) {
+      if (ok && std::memcmp(yb + size_t(i) * es, xb + size_t(off) * es, es) != 0) ok = false, bad = i;
+    });
+    ASSERT_TRUE(ok) << what << ": element " << bad;
+  };
+  for (DType dt : {DType::Float, DType::Int16, DType::Int64})
+    for (int threads : {1, 2, 3}) {
+      const std::string tw = std::string(" ") + dtype_name(dt) + " threads " + std::to_string(threads);
+      // Transpose keeping the last axes (channel shuffle) and one with a strided inner axis.
+      for (auto [shape, perm] : std::vector<std::pair<Shape, Ints>>{{{1, 4, 28, 56, 57}, {0, 2, 1, 3, 4}},
+                                                                  {{3, 5, 7, 9}, {1, 0, 2, 3}},
+                                                                  {{2, 3, 5, 7, 11}, {0, 3, 1, 4, 2}},
+                                                                  {{1, 8, 40, 15}, {0, 2, 1, 3}}}) {
+        Tensor x = typed(rand_tensor(rng, shape), dt);
+        std::vector<int64_t> xs = strides_of(shape), st;
+        Shape os;
+        for (int64_t a : perm) os.push_back(shape[size_t(a)]), st.push_back(xs[size_t(a)]);
+        Tensor y = run_op_threads("Transpose", 13, {x}, {attr("perm", perm)}, threads)[0].tensor;
+        expect_gather(y, x, os, st, 0, "Transpose " + shape_str(shape) + tw);
+      }
+      // Slice with positive and negative steps.
+      {
+        Shape shape = {3, 67, 129};
+        Tensor x = typed(rand_tensor(rng, shape), dt);
+        Tensor y = run_op_threads("Slice", 13,
+                                  {x, Tensor::from_vector<int64_t>({1, 60, 3}), Tensor::from_vector<int64_t>({3, 2, 128}),
+                                   Tensor::from_vector<int64_t>({0, 1, 2}), Tensor::from_vector<int64_t>({1, -3, 2})},
+                                  {}, threads)[0].tensor;
+        std::vector<int64_t> xs = strides_of(shape);
+        expect_gather(y, x, {2, 20, 63}, {xs[0], -3 * xs[1], 2}, 1 * xs[0] + 60 * xs[1] + 3, "Slice" + tw);
+      }
+      // Split along a middle axis into unequal parts.
+      {
+        Shape shape = {2, 37, 1031};
+        Tensor x = typed(rand_tensor(rng, shape), dt);
+        std::vector<Value> ys = run_op_threads("Split", 13, {x, Tensor::from_vector<int64_t>({5, 0, 32})}, {attr("axis", 1)}, threads, 3);
+        std::vector<int64_t> xs = strides_of(shape);
+        int64_t start = 0;
+        for (int64_t i = 0; i < 3; ++i) {
+          const int64_t len = i == 0 ? 5 : (i == 1 ? 0 : 32);
+          expect_gather(ys[size_t(i)].tensor, x, {2, len, 1031}, xs, start * xs[1], "Split part " + std::to_string(i) + tw);
+          start += len;
+        }
+      }
+      // Concat along axis 1 of three inputs (outer rows 3), then Expand with a broadcast inner axis.
+      {
+        Tensor a = typed(rand_tensor(rng, {3, 5, 1001}), dt), b = typed(rand_tensor(rng, {3, 1, 1001}), dt),
+               c = typed(rand_tensor(rng, {3, 17, 1001}), dt);
+        Tensor y = run_op_threads("Concat", 13, {a, b, c}, {attr("axis", 1)}, threads)[0].tensor;
+        const Tensor* parts[3] = {&a, &b, &c};
+        const int64_t offs[3] = {0, 5, 6};
+        for (int k = 0; k < 3; ++k) {
+          // The part's elements sit in y at [i, offs[k] + j, l]: check by slicing y back out.
+          const Tensor& p = *parts[k];
+          Tensor back = run_op_threads("Slice", 13,
+                                       {y, Tensor::from_vector<int64_t>({offs[k]}),
+                                        Tensor::from_vector<int64_t>({offs[k] + p.dim(1)}), Tensor::from_vector<int64_t>({1})},
+                                       {}, 1)[0].tensor;
+          ASSERT_EQ(back.shape(), p.shape());
+          ASSERT_EQ(0, std::memcmp(back.raw(), p.raw(), p.nbytes())) << "Concat part " << k << tw;
+        }
+        Tensor e = run_op_threads("Expand", 13, {b, Tensor::from_vector<int64_t>({3, 4, 1001})}, {}, threads)[0].tensor;
+        std::vector<int64_t> bs = strides_of(b.shape());
+        expect_gather(e, b, {3, 4, 1001}, {bs[0], 0, 1}, 0, "Expand" + tw);
+      }
+    }
+}
+
+
+// LRN's float32 path (window sums in float, the beta 0.75 / 0.5 / 1 special cases and powf) against
+// the double reference, on odd channel counts and spatial sizes over one and several blocks of
+// 256 positions, 1-3 threads.
+TEST(KernelsVecOps, Lrn) {
+  std::mt19937 rng(15);
+  for (Shape s : {Shape{1, 7, 5, 3}, Shape{2, 16, 13, 11}, Shape{1, 33, 23, 29}, Shape{3, 5}})
+    for (float beta : {0.75f, 0.5f, 1.0f, 0.6f})
+      for (int64_t size : {1, 4, 5}) {
+        Tensor x = rand_tensor(rng, s, -4.f, 4.f);
+        std::vector<Attribute> at = {attr("size", size), attr("alpha", 0.02f), attr("beta", beta), attr("bias", 1.5f)};
+        check_op("LRN", 13, {x}, at, 2e-6,
+                 "LRN " + shape_str(s) + " beta " + std::to_string(beta) + " size " + std::to_string(size));
+      }
+}
+
+
+// Reductions: the float32 fast path ([outer, R, inner] layouts after merging dims) against the
+// double reference, for every kind it takes, with and without keepdims, on odd sizes, inner
+// blocks over 256 and layouts it does not take (reference path), 1-3 threads.
+TEST(KernelsVecOps, Reductions) {
+  std::mt19937 rng(16);
+  const std::vector<std::pair<Shape, Ints>> cases = {
+      {{3, 5, 33}, {2}},          {{3, 5, 33}, {1}},       {{3, 5, 33}, {0}},      {{2, 7, 300}, {1}},
+      {{1, 96, 31, 17}, {2, 3}},  {{2, 3, 4, 5}, {1, 2}},  {{2, 3, 4, 5}, {0, 2}}, {{1, 1, 9, 1}, {2}},
+      {{4, 1, 6}, {1}},           {{70001}, {0}},
+  };
+  for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare"})
+    for (auto& [shape, axes] : cases)
+      for (int keep : {0, 1}) {
+        Tensor x = rand_tensor(rng, shape, -2.f, 2.f);
+        check_op(op, 18, {x, Tensor::from_vector<int64_t>(axes)}, {attr("keepdims", keep)}, 2e-6,
+                 std::string(op) + " " + shape_str(shape) + " axes " + shape_str(axes) + " keepdims " + std::to_string(keep),
+                 {false, true});
+      }
+}
+
 }  // namespace
 }  // namespace basalt

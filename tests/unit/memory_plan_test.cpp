@@ -4,10 +4,13 @@
 #include <basalt/basalt.hpp>
 #include <gtest/gtest.h>
 
+#include "runtime/model.hpp"
 #include "runtime/planner.hpp"
 
+#include <atomic>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -338,4 +341,475 @@ TEST(MemoryPlan, AbsurdSizesAreRefused) {
     EXPECT_EQ(e.code(), ErrorCode::MemoryLimit) << e.what();
     EXPECT_NE(std::string(e.what()).find("Expand"), std::string::npos) << e.what();
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-place reuse: element-wise outputs take the block of an input that dies at their node.
+
+namespace {
+
+Pb attr_int(const std::string& name, int64_t v) {
+  Pb a;
+  a.s(1, name).u(3, uint64_t(v)).u(20, 2);  // INT
+  return a;
+}
+
+// x [N,4,H,W] -> Conv -> c1 -> Relu -> r1 -> Add(bias[4,1,1], r1) -> a1 -> Sigmoid -> s1 ->
+// Mul(s1, a1) -> m -> Conv -> c2 -> Softmax(axis -1) -> sm -> Softmax(axis 1) -> sm2 -> Exp -> y.
+// Run at optimization level none so that nothing is fused away. In place: r1 (over c1), a1 (over
+// r1, its *second* input: the first is broadcast), m (over s1 or a1), sm (over c2). Not in place:
+// s1 (a1 is still read by the Mul), sm2 (softmax over a non-last axis), y (a graph output).
+std::string eltwise_model() {
+  return model({node("Conv", {"x", "w1"}, {"c1"}, {attr_ints("pads", {1, 1, 1, 1})}), node("Relu", {"c1"}, {"r1"}),
+                node("Add", {"bias", "r1"}, {"a1"}), node("Sigmoid", {"a1"}, {"s1"}), node("Mul", {"s1", "a1"}, {"m"}),
+                node("Conv", {"m", "w2"}, {"c2"}, {attr_ints("pads", {1, 1, 1, 1})}),
+                node("Softmax", {"c2"}, {"sm"}, {attr_int("axis", -1)}),
+                node("Softmax", {"sm"}, {"sm2"}, {attr_int("axis", 1)}), node("Exp", {"sm2"}, {"y"})},
+               {value_info("x", kFloat, {-1, 4, -2, -3})}, {value_info("y", kFloat, {-1, 4, -2, -3})},
+               {floats("w1", {4, 4, 3, 3}, 0.05f), floats("w2", {4, 4, 3, 3}, 0.04f), floats("bias", {4, 1, 1}, 0.1f)});
+}
+
+SessionOptions no_fusion() {
+  SessionOptions o;
+  o.optimization_level = 0;
+  return o;
+}
+
+int value_id(const Graph& g, const std::string& name) {
+  for (size_t v = 0; v < g.values.size(); ++v)
+    if (g.values[v].name == name) return int(v);
+  return -1;
+}
+
+}  // namespace
+
+TEST(MemoryPlanInPlace, ElementwiseOutputsTakeTheirDyingInput) {
+  auto s = open(eltwise_model(), no_fusion());
+  const Graph& g = *s->model().graph;
+  std::vector<std::pair<DType, Shape>> sig = {{DType::Float, {2, 4, 16, 16}}};
+  MemoryPlan p = build_memory_plan(g, sig, 2, 0, 0);
+  auto of = [&](const char* name) {
+    int v = value_id(g, name);
+    EXPECT_GE(v, 0) << name;
+    return v < 0 ? -2 : p.in_place_of[size_t(v)];
+  };
+  EXPECT_EQ(of("r1"), value_id(g, "c1"));
+  EXPECT_EQ(of("a1"), value_id(g, "r1"));  // the full-size operand, not the broadcast one
+  EXPECT_TRUE(of("m") == value_id(g, "s1") || of("m") == value_id(g, "a1"));
+  EXPECT_EQ(of("sm"), value_id(g, "c2"));
+  EXPECT_EQ(of("s1"), -1) << "a1 is read again by the Mul";
+  EXPECT_EQ(of("sm2"), -1) << "softmax over axis 1 of 4 is not contiguous rows";
+  EXPECT_EQ(p.in_place_tensors, 4);
+  // Same offsets for a value and the input it overwrites.
+  EXPECT_EQ(p.value_slot[size_t(value_id(g, "r1"))].offset, p.value_slot[size_t(value_id(g, "c1"))].offset);
+  EXPECT_EQ(p.value_slot[size_t(value_id(g, "a1"))].offset, p.value_slot[size_t(value_id(g, "c1"))].offset);
+  // Without in-place reuse the tensors need more arena: at the Mul, s1, a1 and m are live (three
+  // blocks; two in place). At 1x4x256x256 (1 MiB a tensor) the tensors, not the bounded conv
+  // workspace, set the arena size.
+  MemoryPlan q = build_memory_plan(g, sig, 2, 0, 0, false);
+  EXPECT_EQ(q.in_place_tensors, 0);
+  EXPECT_LE(p.arena_bytes, q.arena_bytes);
+  std::vector<std::pair<DType, Shape>> big = {{DType::Float, {1, 4, 256, 256}}};
+  MemoryPlan pb = build_memory_plan(g, big, 2, 0, 0), qb = build_memory_plan(g, big, 2, 0, 0, false);
+  EXPECT_EQ(pb.in_place_tensors, 4);
+  EXPECT_LT(pb.arena_bytes, qb.arena_bytes) << pb.workspace_bytes;
+  EXPECT_EQ(p.tensor_bytes, q.tensor_bytes);
+  EXPECT_EQ(s->plan_memory({{"x", {2, 4, 16, 16}}}).in_place_tensors, 4);
+}
+
+TEST(MemoryPlanInPlace, ResultsMatchHeapRunsAndNothingFallsBack) {
+  SessionOptions heap = no_fusion();
+  heap.memory_plan = false;
+  auto a = open(eltwise_model(), no_fusion()), h = open(eltwise_model(), heap);
+  for (auto [n, hh, ww] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 8, 8}, {2, 17, 5}, {3, 33, 31}}) {
+    Tensor x = image(n, hh, ww);
+    auto ya = a->run({{"x", Value(x)}}), yh = h->run({{"x", Value(x)}});
+    EXPECT_TRUE(same(ya[0].tensor, yh[0].tensor)) << n << "x" << hh << "x" << ww;
+    MemoryStats m = a->memory_stats();
+    EXPECT_EQ(m.heap_fallbacks, 0u);
+    EXPECT_EQ(m.unplanned_alias_runs, 0u);
+    EXPECT_EQ(m.last_run_arena_bytes, a->plan_memory({{"x", {n, 4, hh, ww}}}).arena_bytes);
+  }
+  // The fused model (Conv+Relu fused, the rest as before) agrees too.
+  auto f = open(eltwise_model());
+  Tensor x = image(2, 12, 12);
+  auto yf = f->run({{"x", Value(x)}}), yh = h->run({{"x", Value(x)}});
+  ASSERT_EQ(yf[0].tensor.shape(), yh[0].tensor.shape());
+  for (int64_t i = 0; i < yf[0].tensor.numel(); ++i)
+    ASSERT_NEAR(yf[0].tensor.data<float>()[i], yh[0].tensor.data<float>()[i], 1e-5f) << i;
+  EXPECT_EQ(f->memory_stats().heap_fallbacks, 0u);
+}
+
+// The contract's guard: a zero-filled request (KernelContext::output) for an in-place slot would
+// wipe the input before the kernel read it, so it is refused (heap, counted); output_uninit gets it.
+TEST(MemoryPlanInPlace, ZeroFilledRequestForAnInPlaceSlotIsRefused) {
+  auto s = open(eltwise_model(), no_fusion());
+  const Graph& g = *s->model().graph;
+  std::vector<std::pair<DType, Shape>> sig = {{DType::Float, {1, 4, 8, 8}}};
+  MemoryPlan p = build_memory_plan(g, sig, 2, 0, 0);
+  std::vector<char> mem(size_t(p.arena_bytes) + 64);
+  ArenaRun ar;
+  ar.plan = &p;
+  ar.graph = &g;
+  ar.base = mem.data();
+  ar.size = p.arena_bytes;
+  const Node* relu = nullptr;
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Relu") relu = &n;
+  ASSERT_NE(relu, nullptr);
+  const Shape shape = {1, 4, 8, 8};
+  EXPECT_EQ(ar.output(*relu, 0, DType::Float, shape, /*zero=*/true), nullptr);
+  EXPECT_EQ(ar.fallbacks, 1u);
+  EXPECT_EQ(ar.output(*relu, 0, DType::Float, shape, /*zero=*/false),
+            mem.data() + p.value_slot[size_t(value_id(g, "c1"))].offset);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bounded pool for tensors whose size depends on data.
+
+namespace {
+
+// x [4,4] float -> NonZero -> nz [2,K] -> Transpose -> t [K,2] -> ReduceSum(axes 0) -> y [2]:
+// the sums of the row and of the column indices of the nonzero elements. nz and t have
+// data-dependent sizes: they come from the session's pool.
+std::string nonzero_model(int64_t side = 4) {
+  return model({node("NonZero", {"x"}, {"nz"}), node("Transpose", {"nz"}, {"t"}, {attr_ints("perm", {1, 0})}),
+                node("ReduceSum", {"t", "ax"}, {"y"}, {attr_int("keepdims", 0)})},
+               {value_info("x", kFloat, {side, side})}, {value_info("y", kInt64, {2})}, {int64s("ax", {0})});
+}
+
+// Nonzero where (i * 7 + j * 3) % mod == 0, and the expected y.
+Tensor pattern(int64_t side, int64_t mod, int64_t* rows, int64_t* cols) {
+  Tensor x(DType::Float, {side, side});
+  *rows = *cols = 0;
+  for (int64_t i = 0; i < side; ++i)
+    for (int64_t j = 0; j < side; ++j)
+      if ((i * 7 + j * 3) % mod == 0) {
+        x.data<float>()[i * side + j] = 1.5f;
+        *rows += i;
+        *cols += j;
+      }
+  return x;
+}
+
+}  // namespace
+
+TEST(DynamicPool, SizeClassesAndBound) {
+  EXPECT_EQ(DynamicPool::size_class(1), 64u);
+  EXPECT_EQ(DynamicPool::size_class(200), 256u);
+  EXPECT_EQ(DynamicPool::size_class(1025), 1280u);  // 1.25 x 1024
+  EXPECT_EQ(DynamicPool::size_class(1280), 1280u);
+  for (uint64_t b : {300u, 5000u, 70000u, 1000000u}) {
+    uint64_t c = DynamicPool::size_class(b);
+    EXPECT_GE(c, b);
+    EXPECT_LT(c, b + b / 4 + 4096) << b;  // under a quarter wasted (plus page rounding)
+  }
+  auto p = std::make_shared<DynamicPool>(4096);
+  uint64_t a0 = allocation_count();
+  {
+    auto b1 = p->acquire(1000), b2 = p->acquire(3000);
+    EXPECT_EQ(p->stats().misses, 2u);
+    EXPECT_EQ(p->stats().in_use_bytes, b1.bytes + b2.bytes);
+  }
+  // b1 (1024) and b2 (3072) went back; together they fit the 4096-byte bound.
+  DynamicPool::Stats st = p->stats();
+  EXPECT_EQ(st.idle_bytes, 1024u + 3072u);
+  EXPECT_EQ(st.in_use_bytes, 0u);
+  { auto b = p->acquire(1000); }  // a hit: no allocation
+  EXPECT_EQ(p->stats().hits, 1u);
+  EXPECT_EQ(allocation_count() - a0, 2u);
+  { auto b = p->acquire(2000); }  // 2048: a miss; the oldest idle block goes to stay in bound
+  st = p->stats();
+  EXPECT_LE(st.idle_bytes, 4096u);
+  EXPECT_GE(st.frees, 1u);
+  { auto b = p->acquire(10000); }  // larger than the bound: freed when it comes back
+  EXPECT_LE(p->stats().idle_bytes, 4096u);
+  p->trim(0);
+  EXPECT_EQ(p->stats().idle_bytes, 0u);
+  // A block may outlive its pool: it is then freed by its last holder.
+  auto b = p->acquire(100000);
+  std::memset(b.data, 1, 100000);
+  p.reset();
+  b.keep.reset();
+}
+
+// Acceptance (c) for data-dependent tensors: repeated runs reuse the pool's blocks (hits grow,
+// misses do not) and allocate nothing new; the output is written into the caller's tensor.
+TEST(DynamicPool, RepeatedRunsReuseBlocksAndAllocateNothing) {
+  auto s = open(nonzero_model());
+  int64_t rs = 0, cs = 0;
+  Tensor x = pattern(4, 2, &rs, &cs);
+  MemoryPlanReport r = s->plan_memory({{"x", {4, 4}}});
+  EXPECT_GE(r.dynamic_values.size(), 2u);
+  Tensor y(DType::Int64, {2});
+  s->run_into({{"x", Value(x)}}, {{"y", y}});
+  EXPECT_EQ(y.data<int64_t>()[0], rs);
+  EXPECT_EQ(y.data<int64_t>()[1], cs);
+  MemoryStats m1 = s->memory_stats();
+  EXPECT_GE(m1.dynamic_pool_misses, 2u);  // nz and t
+  EXPECT_EQ(m1.dynamic_pool_in_use_bytes, 0u);
+  EXPECT_GT(m1.dynamic_pool_held_bytes, 0u);
+  for (int rep = 1; rep <= 3; ++rep) {
+    y.data<int64_t>()[0] = y.data<int64_t>()[1] = -1;
+    uint64_t before = allocation_count();
+    s->run_into({{"x", Value(x)}}, {{"y", y}});
+    EXPECT_EQ(allocation_count() - before, 0u) << "run " << rep;
+    EXPECT_EQ(y.data<int64_t>()[0], rs);
+    EXPECT_EQ(y.data<int64_t>()[1], cs);
+    MemoryStats m = s->memory_stats();
+    EXPECT_EQ(m.dynamic_pool_misses, m1.dynamic_pool_misses);
+    EXPECT_EQ(m.dynamic_pool_hits, uint64_t(rep) * m1.dynamic_pool_misses);
+    EXPECT_EQ(m.dynamic_pool_held_bytes, m1.dynamic_pool_held_bytes);
+  }
+  // Other data, other sizes: correct results, and the pool stays within its bound.
+  for (int64_t mod : {1, 3, 5}) {
+    Tensor x2 = pattern(4, mod, &rs, &cs);
+    auto out = s->run({{"x", Value(x2)}});
+    EXPECT_EQ(out[0].tensor.data<int64_t>()[0], rs) << mod;
+    EXPECT_EQ(out[0].tensor.data<int64_t>()[1], cs) << mod;
+  }
+  MemoryStats m = s->memory_stats();
+  EXPECT_LE(m.dynamic_pool_held_bytes, s->options().dynamic_pool_bytes);
+  EXPECT_GE(m.dynamic_pool_peak_bytes, m.dynamic_pool_held_bytes);
+}
+
+TEST(DynamicPool, BoundIsRespected) {
+  for (uint64_t bound : {uint64_t(0), uint64_t(300), uint64_t(2000)}) {
+    SessionOptions o;
+    o.dynamic_pool_bytes = bound;
+    auto s = open(nonzero_model(16), o);
+    for (int64_t mod : {1, 2, 3, 1, 2, 3}) {
+      int64_t rs = 0, cs = 0;
+      auto out = s->run({{"x", Value(pattern(16, mod, &rs, &cs))}});
+      EXPECT_EQ(out[0].tensor.data<int64_t>()[0], rs);
+      MemoryStats m = s->memory_stats();
+      EXPECT_LE(m.dynamic_pool_held_bytes, bound) << "bound " << bound;
+      EXPECT_EQ(m.dynamic_pool_in_use_bytes, 0u);
+    }
+    MemoryStats m = s->memory_stats();
+    if (bound == 0) {
+      EXPECT_EQ(m.dynamic_pool_hits, 0u);
+      EXPECT_EQ(m.dynamic_pool_frees, m.dynamic_pool_misses);  // every block went back to the OS
+    }
+  }
+}
+
+// The memory limit counts the pool's blocks: a run whose data-dependent tensors exceed it fails
+// with MemoryLimit, and the session then runs smaller data.
+TEST(DynamicPool, MemoryLimitCountsPoolTensors) {
+  const int64_t side = 256;  // all nonzero: nz and t are 2 * 65536 int64 = 1 MiB each
+  auto probe = open(nonzero_model(side));
+  uint64_t peak = probe->plan_memory({{"x", {side, side}}}).peak_bytes;
+  SessionOptions o;
+  o.memory_limit = peak + (uint64_t(3) << 19);  // 1.5 MiB beyond the plan: nz fits, nz + t does not
+  auto s = open(nonzero_model(side), o);
+  Tensor full(DType::Float, {side, side});
+  for (int64_t i = 0; i < full.numel(); ++i) full.data<float>()[i] = 1.0f;
+  try {
+    s->run({{"x", Value(full)}});
+    ADD_FAILURE() << "no MemoryLimit error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::MemoryLimit) << e.what();
+    EXPECT_NE(std::string(e.what()).find(std::to_string(o.memory_limit)), std::string::npos) << e.what();
+  }
+  EXPECT_LE(s->memory_stats().dynamic_pool_held_bytes + peak, o.memory_limit);
+  int64_t rs = 0, cs = 0;
+  auto out = s->run({{"x", Value(pattern(side, 5, &rs, &cs))}});  // a fifth nonzero: fits
+  EXPECT_EQ(out[0].tensor.data<int64_t>()[0], rs);
+  EXPECT_EQ(out[0].tensor.data<int64_t>()[1], cs);
+}
+
+// Concurrent runs share the pool (and each has its own arena): results stay right.
+TEST(DynamicPool, ConcurrentRunsShareThePool) {
+  auto s = open(nonzero_model(16));
+  std::vector<std::thread> ts;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 3; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        int64_t rs = 0, cs = 0;
+        Tensor x = pattern(16, 1 + (t + i) % 4, &rs, &cs);
+        auto out = s->run({{"x", Value(x)}});
+        if (out[0].tensor.data<int64_t>()[0] != rs || out[0].tensor.data<int64_t>()[1] != cs) ++wrong;
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  MemoryStats m = s->memory_stats();
+  EXPECT_EQ(m.dynamic_pool_in_use_bytes, 0u);
+  EXPECT_GT(m.dynamic_pool_hits, m.dynamic_pool_misses);
+  EXPECT_LE(m.dynamic_pool_held_bytes, s->options().dynamic_pool_bytes);
+}
+
+namespace {
+
+// x [4] -> Loop (5 iterations; body: s2 = s + one, sc = s2 * s2 scanned) -> final [4], scans [5,4].
+// Every tensor inside the body comes from the pool.
+std::string loop_model() {
+  Pb body;
+  body.m(1, node("Identity", {"cin"}, {"cout"}));
+  body.m(1, node("Add", {"s", "one"}, {"s2"}));
+  body.m(1, node("Mul", {"s2", "s2"}, {"sc"}));
+  body.s(2, "body");
+  body.m(11, value_info("i", kInt64, {})).m(11, value_info("cin", 9, {})).m(11, value_info("s", kFloat, {4}));
+  body.m(12, value_info("cout", 9, {})).m(12, value_info("s2", kFloat, {4})).m(12, value_info("sc", kFloat, {4}));
+  Pb g;
+  g.s(1, "body").m(6, body).u(20, 5);  // GRAPH
+  int64_t five = 5;
+  return model({node("Loop", {"M", "c0", "x"}, {"final", "scans"}, {g})}, {value_info("x", kFloat, {4})},
+               {value_info("final", kFloat, {4}), value_info("scans", kFloat, {5, 4})},
+               {tensor("M", kInt64, {}, std::string(reinterpret_cast<const char*>(&five), 8)),
+                tensor("c0", 9, {}, std::string(1, '\1')), floats("one", {4}, 0.f)});
+}
+
+}  // namespace
+
+// Tensors made inside a Loop body come from the pool: after the first run, repeated runs hit.
+TEST(DynamicPool, LoopBodyTensorsAreReused) {
+  auto s = open(loop_model(), no_fusion());
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, 4});
+  auto y0 = s->run({{"x", Value(x)}});
+  MemoryStats m1 = s->memory_stats();
+  EXPECT_GT(m1.dynamic_pool_misses, 0u);
+  for (int rep = 0; rep < 3; ++rep) {
+    auto y = s->run({{"x", Value(x)}});
+    EXPECT_TRUE(same(y[0].tensor, y0[0].tensor));
+    EXPECT_TRUE(same(y[1].tensor, y0[1].tensor));
+  }
+  MemoryStats m = s->memory_stats();
+  EXPECT_EQ(m.dynamic_pool_misses, m1.dynamic_pool_misses);
+  EXPECT_GT(m.dynamic_pool_hits, m1.dynamic_pool_hits);
+  EXPECT_EQ(m.dynamic_pool_in_use_bytes, 0u);
+  // 'one' is all zeros (floats() with scale 0): final = x, scans[k] = x * x.
+  ASSERT_EQ(y0[1].tensor.shape(), (Shape{5, 4}));
+  EXPECT_EQ(y0[1].tensor.data<float>()[19], 16.f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The in-place contract, checked kernel by kernel: every op in_place_inputs lists must give
+// bitwise the same result when its output overwrites its input as when it does not. Shapes are
+// large and odd enough to split over threads and to leave SIMD tails. A kernel changed later so
+// that it reads an input element after writing the output fails here.
+
+namespace {
+
+std::string model_opset(const std::vector<Pb>& nodes, const std::vector<Pb>& inputs, const std::vector<Pb>& outputs,
+                        const std::vector<Pb>& inits, int opset) {
+  std::string m = model(nodes, inputs, outputs, inits);
+  // model() writes opset 17 as the last bytes (u(2, 17) inside the opset import): patch it.
+  Pb op17, opn;
+  op17.s(1, "").u(2, 17);
+  opn.s(1, "").u(2, uint64_t(opset));
+  Pb a, b;
+  a.m(8, op17);
+  b.m(8, opn);
+  size_t at = m.rfind(a.b);
+  if (at != std::string::npos) m.replace(at, a.b.size(), b.b);
+  return m;
+}
+
+Pb attr_float(const std::string& name, float v) {
+  Pb a;
+  a.s(1, name);
+  a.varint((2 << 3) | 5);  // f: fixed32
+  uint32_t bits;
+  std::memcpy(&bits, &v, 4);
+  for (int k = 0; k < 4; ++k) a.b.push_back(char((bits >> (8 * k)) & 0xFF));
+  a.u(20, 1);  // FLOAT
+  return a;
+}
+
+Pb attr_str(const std::string& name, const std::string& v) {
+  Pb a;
+  a.s(1, name).s(4, v).u(20, 3);  // STRING
+  return a;
+}
+
+struct InPlaceCase {
+  std::string name;
+  Pb op;                  // reads "a" (and constants), writes "b"
+  std::vector<Pb> inits;  // its constants
+};
+
+}  // namespace
+
+TEST(MemoryPlanInPlace, EveryListedKernelIsSafeInPlace) {
+  const int64_t N = 2, C = 6, H = 37, W = 301;  // 133164 elements: several chunks, odd rows
+  std::vector<InPlaceCase> cases;
+  for (const char* op : {"Relu", "Sigmoid", "HardSwish", "Tanh", "Exp", "Sqrt", "Erf", "Reciprocal", "Abs", "Neg"})
+    cases.push_back({op, node(op, {"a"}, {"b"}), {}});
+  cases.push_back({"LeakyRelu", node("LeakyRelu", {"a"}, {"b"}, {attr_float("alpha", 0.3f)}), {}});
+  cases.push_back({"HardSigmoid", node("HardSigmoid", {"a"}, {"b"}, {attr_float("alpha", 0.3f)}), {}});
+  cases.push_back({"Gelu", node("Gelu", {"a"}, {"b"}), {}});
+  cases.push_back({"Gelu tanh", node("Gelu", {"a"}, {"b"}, {attr_str("approximate", "tanh")}), {}});
+  // Swish is listed too, but shape inference has no rule for it yet (its output is dynamic, so
+  // it never gets a slot to share).
+  cases.push_back({"Clip", node("Clip", {"a", "lo", "hi"}, {"b"}), {floats("lo", {}, 0.05f), floats("hi", {}, 0.1f)}});
+  for (const char* op : {"Add", "Sub", "Mul", "Div"}) {
+    cases.push_back({std::string(op) + " full,bcast", node(op, {"a", "k"}, {"b"}), {floats("k", {C, 1, 1}, 0.3f)}});
+    cases.push_back({std::string(op) + " bcast,full", node(op, {"k", "a"}, {"b"}), {floats("k", {1, W}, 0.3f)}});
+    cases.push_back({std::string(op) + " full,full", node(op, {"a", "k"}, {"b"}), {floats("k", {N, C, H, W}, 0.01f)}});
+    cases.push_back({std::string(op) + " scalar", node(op, {"a", "k"}, {"b"}), {floats("k", {}, 0.7f)}});
+  }
+  cases.push_back({"BatchNormalization", node("BatchNormalization", {"a", "sc", "bi", "mu", "var"}, {"b"}),
+                   {floats("sc", {C}, 0.2f), floats("bi", {C}, 0.1f), floats("mu", {C}, 0.05f), floats("var", {C}, 0.f)}});
+  cases.push_back({"Softmax", node("Softmax", {"a"}, {"b"}, {attr_int("axis", -1)}), {}});
+  cases.push_back({"LogSoftmax", node("LogSoftmax", {"a"}, {"b"}, {attr_int("axis", 3)}), {}});
+  cases.push_back({"LayerNormalization", node("LayerNormalization", {"a", "g", "be"}, {"b"}, {attr_int("axis", -1)}),
+                   {floats("g", {W}, 0.1f), floats("be", {W}, 0.05f)}});
+  cases.push_back({"LayerNormalization no beta", node("LayerNormalization", {"a", "g"}, {"b"}, {attr_int("axis", 2)}),
+                   {floats("g", {H, W}, 0.1f)}});
+
+  Tensor x(DType::Float, {N, C, H, W});
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-3.f, 3.f);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = u(rng);
+  // BatchNormalization's var must be positive: floats() with scale 0 gives 0; eps keeps it finite.
+  for (const InPlaceCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    // x -> Mul(x, one) -> a (an arena tensor) -> op -> b (in place over a) -> Identity-free tail:
+    // Mul(b, one) -> y (a graph output). `one` is a [1] constant of 1.0.
+    std::vector<Pb> inits = c.inits;
+    Pb one = tensor("one", kFloat, {1}, std::string("\0\0\x80\x3f", 4));
+    inits.push_back(one);
+    std::string m = model_opset({node("Mul", {"x", "one"}, {"a"}), c.op, node("Mul", {"b", "one"}, {"y"})},
+                                {value_info("x", kFloat, {N, C, H, W})}, {value_info("y", kFloat, {N, C, H, W})},
+                                inits, 24);
+    SessionOptions in_place = no_fusion(), heap = no_fusion();
+    heap.memory_plan = false;
+    auto s = open(m, in_place), h = open(m, heap);
+    const Graph& g = *s->model().graph;
+    MemoryPlan p = build_memory_plan(g, std::vector<std::pair<DType, Shape>>{{DType::Float, {N, C, H, W}}}, 2, 0, 0);
+    int b = value_id(g, "b");
+    ASSERT_GE(b, 0);
+    EXPECT_EQ(p.in_place_of[size_t(b)], value_id(g, "a")) << "the op does not run in place";
+    auto ys = s->run({{"x", Value(x)}}), yh = h->run({{"x", Value(x)}});
+    EXPECT_TRUE(same(ys[0].tensor, yh[0].tensor)) << "in-place result differs";
+    EXPECT_EQ(s->memory_stats().heap_fallbacks, 0u);
+  }
+}
+
+// An input that is a view (Reshape of an arena tensor) is written over like the tensor it views.
+TEST(MemoryPlanInPlace, ViewInputsShareTheirStorage) {
+  std::string m = model({node("Conv", {"x", "w1"}, {"c"}, {attr_ints("pads", {1, 1, 1, 1})}),
+                         node("Reshape", {"c", "flat"}, {"rs"}), node("Sigmoid", {"rs"}, {"sg"}),
+                         node("Reshape", {"sg", "back"}, {"sb"}),
+                         node("Conv", {"sb", "w2"}, {"y"}, {attr_ints("pads", {1, 1, 1, 1})})},
+                        {value_info("x", kFloat, {1, 4, 8, 8})}, {value_info("y", kFloat, {1, 4, 8, 8})},
+                        {floats("w1", {4, 4, 3, 3}, 0.05f), floats("w2", {4, 4, 3, 3}, 0.04f), int64s("flat", {1, 4, 64}),
+                         int64s("back", {1, 4, 8, 8})});
+  auto s = open(m, no_fusion());
+  const Graph& g = *s->model().graph;
+  MemoryPlan p = build_memory_plan(g, std::vector<std::pair<DType, Shape>>{{DType::Float, {1, 4, 8, 8}}}, 2, 0, 0);
+  ASSERT_GE(value_id(g, "sg"), 0);
+  EXPECT_EQ(p.in_place_of[size_t(value_id(g, "sg"))], value_id(g, "rs"));
+  EXPECT_EQ(p.value_slot[size_t(value_id(g, "sg"))].offset, p.value_slot[size_t(value_id(g, "c"))].offset);
+  SessionOptions heap = no_fusion();
+  heap.memory_plan = false;
+  auto h = open(m, heap);
+  Tensor x = image(1, 8, 8);
+  auto ya = s->run({{"x", Value(x)}}), yh = h->run({{"x", Value(x)}});
+  EXPECT_TRUE(same(ya[0].tensor, yh[0].tensor));
+  EXPECT_EQ(s->memory_stats().heap_fallbacks, 0u);
+  EXPECT_EQ(s->memory_stats().unplanned_alias_runs, 0u);
 }
