@@ -619,7 +619,7 @@ const std::unordered_map<std::string, ShapeFn>& table() {
   static const std::unordered_map<std::string, ShapeFn> t = [] {
     std::unordered_map<std::string, ShapeFn> m;
     for (const char* op :
-         {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Abs", "Neg", "Clip", "HardSigmoid", "HardSwish",
+         {"Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Log", "Sqrt", "Abs", "Neg", "Clip", "HardSigmoid", "HardSwish", "Swish",
           "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "Softplus", "Softsign", "Mish", "Identity", "Reciprocal", "Floor",
           "Ceil", "Round", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh",
           "Softmax", "LogSoftmax", "Hardmax", "LRN", "InstanceNormalization", "GroupNormalization", "Sign", "CumSum",
