@@ -602,6 +602,36 @@ static void test_options_v2_and_memory_stats(void) {
   EXPECT_ERROR(basalt_session_create_from_path(g_test_add, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "plan_cache_entries");
 }
 
+/* API version 3: the dynamic pool's bound is accepted and checked; a version-2 caller's smaller
+ * basalt_memory_stats gets only the fields it knows (bytes past its struct_size stay untouched). */
+static void test_options_v3_dynamic_pool(void) {
+  basalt_session_options o = BASALT_SESSION_OPTIONS_INIT;
+  o.dynamic_pool_bytes = BASALT_DYNAMIC_POOL_NONE;
+  basalt_session* s = NULL;
+  OK(basalt_session_create_from_path(g_test_add, &o, &s));
+  if (s) run_test_add(s);
+  basalt_memory_stats st;
+  memset(&st, 0xFF, sizeof st);
+  st.struct_size = sizeof st;
+  if (s) OK(basalt_session_memory_stats(s, &st));
+  CHECK(st.dynamic_pool_held_bytes == 0);
+  CHECK(st.dynamic_pool_peak_bytes != UINT64_MAX && st.dynamic_pool_hits != UINT64_MAX);
+  basalt_memory_stats v2;
+  memset(&v2, 0xAB, sizeof v2);
+  v2.struct_size = offsetof(basalt_memory_stats, dynamic_pool_hits);
+  if (s) OK(basalt_session_memory_stats(s, &v2));
+  const unsigned char* tail = (const unsigned char*)&v2 + offsetof(basalt_memory_stats, dynamic_pool_hits);
+  int untouched = 1;
+  for (size_t i = 0; i < sizeof v2 - offsetof(basalt_memory_stats, dynamic_pool_hits); ++i) untouched &= tail[i] == 0xAB;
+  CHECK(untouched);
+  CHECK(v2.weights_bytes == st.weights_bytes);
+  basalt_session_destroy(s);
+  basalt_session_options e = BASALT_SESSION_OPTIONS_INIT;
+  e.dynamic_pool_bytes = -5;
+  s = NULL;
+  EXPECT_ERROR(basalt_session_create_from_path(g_test_add, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "dynamic_pool_bytes");
+}
+
 /* IO binding: the output lands in the caller's buffer; a wrong shape is refused naming the output. */
 static void test_run_into(void) {
   basalt_session* s = NULL;
@@ -703,6 +733,7 @@ int main(int argc, char** argv) {
       {"struct_size_versioning", test_struct_versioning},
       {"options_threads_memory_limit_allow_unsupported", test_options},
       {"options_v2_and_memory_stats", test_options_v2_and_memory_stats},
+      {"options_v3_dynamic_pool", test_options_v3_dynamic_pool},
       {"run_into_io_binding", test_run_into},
       {"sequences_run_values", test_sequences},
       {"run_symbolic_caller_and_basalt_memory", test_run_symbolic},

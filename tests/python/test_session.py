@@ -455,3 +455,34 @@ def test_run_into_fills_caller_arrays():
         s.run_into({s.get_outputs()[0].name: np.zeros((1, 1, 5, 5), np.float32)}, {"x": x})
     with pytest.raises(ValueError, match="C-contiguous"):
         s.run_into({s.get_outputs()[0].name: np.zeros(ref.shape[::-1], np.float32).T}, {"x": x})
+
+
+def test_dynamic_pool_reuses_data_dependent_tensors(tmp_path):
+    # NonZero's output size depends on the data: it has no planned slot and comes from the
+    # session's bounded pool, whose idle blocks later runs reuse.
+    p = save(tmp_path, [helper.make_node("NonZero", ["x"], ["nz"]),
+                        helper.make_node("Transpose", ["nz"], ["y"], perm=[1, 0])],
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])],
+             [helper.make_tensor_value_info("y", TensorProto.INT64, [None, 2])])
+    o = basalt.SessionOptions()
+    o.dynamic_pool_bytes = 1 << 20
+    assert o.dynamic_pool_bytes == 1 << 20
+    s = basalt.InferenceSession(p, o)
+    rng = np.random.default_rng(3)
+    x = (rng.uniform(size=(64, 48)) > 0.5).astype(np.float32)
+    want = np.argwhere(x != 0)
+    first = s.memory_stats()
+    for _ in range(5):
+        (y,) = s.run(None, {"x": x})
+        np.testing.assert_array_equal(y, want)
+    st = s.memory_stats()
+    assert st["dynamic_pool_hits"] - first["dynamic_pool_hits"] >= 4, st
+    assert st["dynamic_pool_misses"] - first["dynamic_pool_misses"] <= 1, st
+    assert st["dynamic_pool_held_bytes"] <= 1 << 20
+    assert st["dynamic_pool_peak_bytes"] >= want.size * 8
+    none = basalt.SessionOptions()
+    none.dynamic_pool_bytes = 0  # keep no idle blocks: every run allocates anew, results equal
+    s0 = basalt.InferenceSession(p, none)
+    for _ in range(3):
+        np.testing.assert_array_equal(s0.run(None, {"x": x})[0], want)
+    assert s0.memory_stats()["dynamic_pool_held_bytes"] == 0
