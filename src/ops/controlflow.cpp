@@ -15,12 +15,18 @@ bool read_cond(const KernelContext& ctx, const Tensor& t, const char* what) {
   return t.get_double(0) != 0;
 }
 
-// Stack equally-shaped tensors along a new axis `axis` (0..rank).
-Tensor stack(const KernelContext& ctx, const std::vector<Tensor>& items, int axis, DType dt, const Shape& empty_elem_shape) {
+// Stack equally-shaped tensors along a new axis `axis` (0..rank). With out_index >= 0 the result
+// is node output out_index, allocated through the context (output_uninit), so a Loop/Scan output
+// whose length depends on the data comes from the session's bounded pool like any other
+// data-dependent tensor; strings and empty results are set as plain heap tensors.
+Tensor stack(KernelContext& ctx, const std::vector<Tensor>& items, int axis, DType dt, const Shape& empty_elem_shape,
+             int out_index = -1) {
   if (items.empty()) {
     Shape s = empty_elem_shape;
     s.insert(s.begin() + axis, 0);
-    return Tensor(dt, s);
+    Tensor r(dt, s);
+    if (out_index >= 0) ctx.set_output(out_index, Value(r));
+    return r;
   }
   const Shape& es = items[0].shape();
   for (auto& t : items)
@@ -29,7 +35,9 @@ Tensor stack(const KernelContext& ctx, const std::vector<Tensor>& items, int axi
                                                shape_str(t.shape()));
   Shape out = es;
   out.insert(out.begin() + axis, int64_t(items.size()));
-  Tensor r(items[0].dtype(), out);
+  const bool via_ctx = out_index >= 0 && items[0].dtype() != DType::String;
+  Tensor r = via_ctx ? ctx.output_uninit(out_index, items[0].dtype(), out) : Tensor(items[0].dtype(), out);
+  if (out_index >= 0 && !via_ctx) ctx.set_output(out_index, Value(r));
   int64_t outer = 1, inner = 1;
   for (int d = 0; d < axis; ++d) outer *= es[size_t(d)];
   for (size_t d = size_t(axis); d < es.size(); ++d) inner *= es[d];
@@ -49,6 +57,19 @@ Tensor stack(const KernelContext& ctx, const std::vector<Tensor>& items, int axi
     }
   }
   return r;
+}
+
+// Sets v to a scalar tensor holding x: rewritten in place when v already holds a T scalar that
+// nothing else references (a body that passes the iteration number or condition through to an
+// output keeps a reference, and then a fresh scalar is made), so Loop iterations allocate nothing
+// for them.
+template <class T>
+void set_scalar(Value& v, T x) {
+  if (v.is_tensor() && v.tensor.dtype() == dtype_of<T>::value && v.tensor.shape().empty() && v.tensor.storage() &&
+      v.tensor.storage().use_count() == 1)
+    v.tensor.data<T>()[0] = x;
+  else
+    v = Value(Tensor::scalar<T>(x));
 }
 
 // Slice index i along `axis`, dropping that axis.
@@ -126,8 +147,8 @@ void register_loop(OpRegistry& r) {
       std::vector<Value> ins(2 + n_carried);
       for (int64_t it = 0; (max_trip < 0 || it < max_trip) && cond; ++it) {
         if (it >= kMaxIterations) ctx.fail(ErrorCode::InvalidArgument, "loop exceeded 2^31 iterations");
-        ins[0] = Value(Tensor::scalar<int64_t>(it));
-        ins[1] = Value(Tensor::scalar<bool>(cond));
+        set_scalar(ins[0], it);
+        set_scalar(ins[1], cond);
         for (size_t i = 0; i < n_carried; ++i) ins[2 + i] = carried[i];
         std::vector<Value> outs = ctx.run_subgraph(*body, ins);
         if (!outs[0].is_tensor()) ctx.fail(ErrorCode::InvalidArgument, "body condition output is not a tensor");
@@ -145,7 +166,7 @@ void register_loop(OpRegistry& r) {
         Shape es;
         declared(*body, 1 + n_carried + k, dt, es);
         if (!scans[k].empty()) dt = scans[k][0].dtype();
-        ctx.set_output(int(n_carried + k), Value(stack(ctx, scans[k], 0, dt, es)));
+        stack(ctx, scans[k], 0, dt, es, int(n_carried + k));
       }
     });
   });
@@ -206,7 +227,7 @@ void register_scan(OpRegistry& r) {
           es = outs_k[k][0].shape();
         }
         int axis = normalize_axis(ctx, out_axes[k], int(es.size()) + 1);
-        ctx.set_output(int(n_state + k), Value(stack(ctx, outs_k[k], axis, dt, es)));
+        stack(ctx, outs_k[k], axis, dt, es, int(n_state + k));
       }
     });
   });
@@ -247,9 +268,9 @@ void register_scan(OpRegistry& r) {
           scan_b[k].push_back(stack(ctx, outs_k[k], 0, outs_k[k].empty() ? dt : outs_k[k][0].dtype(), es));
         }
       }
-      for (size_t i = 0; i < n_state; ++i) ctx.set_output(int(i), Value(stack(ctx, state_b[i], 0, ctx.input(int(1 + i)).dtype(), {})));
+      for (size_t i = 0; i < n_state; ++i) stack(ctx, state_b[i], 0, ctx.input(int(1 + i)).dtype(), {}, int(i));
       for (size_t k = 0; k < n_scan_out; ++k)
-        ctx.set_output(int(n_state + k), Value(stack(ctx, scan_b[k], 0, scan_b[k].empty() ? DType::Float : scan_b[k][0].dtype(), {})));
+        stack(ctx, scan_b[k], 0, scan_b[k].empty() ? DType::Float : scan_b[k][0].dtype(), {}, int(n_state + k));
     });
   }, 8);
 }

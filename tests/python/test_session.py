@@ -486,3 +486,37 @@ def test_dynamic_pool_reuses_data_dependent_tensors(tmp_path):
     for _ in range(3):
         np.testing.assert_array_equal(s0.run(None, {"x": x})[0], want)
     assert s0.memory_stats()["dynamic_pool_held_bytes"] == 0
+
+
+def test_loop_scan_output_comes_from_the_pool(tmp_path):
+    # The stacked scan output of a Loop has a data-dependent length (trip count M is an input):
+    # it comes from the session's bounded pool, so repeated runs reuse its block.
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["x_in", "x_in"], ["x_out"]),
+         helper.make_node("Identity", ["x_out"], ["scan"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [256])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [256]),
+         helper.make_tensor_value_info("scan", TensorProto.FLOAT, [256])])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    p = save(tmp_path, [helper.make_node("Loop", ["M", "cond", "x"], ["x_final", "stacked"], body=body),
+                        helper.make_node("Neg", ["stacked"], ["y"])],
+             [helper.make_tensor_value_info("M", TensorProto.INT64, []),
+              helper.make_tensor_value_info("x", TensorProto.FLOAT, [256])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 256])], inits=[cond])
+    s = basalt.InferenceSession(p)
+    x = np.linspace(-1, 1, 256, dtype=np.float32)
+    m = np.array(6, np.int64)
+    want = -np.stack([x * 2 ** (k + 1) for k in range(6)])
+    (y,) = s.run(["y"], {"M": m, "x": x})
+    np.testing.assert_allclose(y, want, rtol=1e-6)
+    first = s.memory_stats()
+    for _ in range(4):
+        np.testing.assert_allclose(s.run(["y"], {"M": m, "x": x})[0], want, rtol=1e-6)
+    st = s.memory_stats()
+    assert st["dynamic_pool_hits"] - first["dynamic_pool_hits"] >= 4, st
+    assert st["dynamic_pool_misses"] == first["dynamic_pool_misses"], st

@@ -685,6 +685,40 @@ TEST(DynamicPool, LoopBodyTensorsAreReused) {
   EXPECT_EQ(y0[1].tensor.data<float>()[19], 16.f);
 }
 
+// A Loop's stacked scan output is made through the kernel context (not a plain heap tensor), and
+// the iteration number and condition fed to the body are rewritten in place between iterations.
+// With the outputs bound, a repeated run allocates only the first iteration's two scalars (8 and
+// 1 bytes), not one block per iteration (it was 2 per iteration + 1 for the stacked output).
+TEST(DynamicPool, LoopAllocatesNothingPerIteration) {
+  // loop_model() with its scan output consumed by a Neg: rebuild the top level around the Loop.
+  Pb body;
+  body.m(1, node("Identity", {"cin"}, {"cout"}));
+  body.m(1, node("Add", {"s", "one"}, {"s2"}));
+  body.m(1, node("Mul", {"s2", "s2"}, {"sc"}));
+  body.s(2, "body");
+  body.m(11, value_info("i", kInt64, {})).m(11, value_info("cin", 9, {})).m(11, value_info("s", kFloat, {4}));
+  body.m(12, value_info("cout", 9, {})).m(12, value_info("s2", kFloat, {4})).m(12, value_info("sc", kFloat, {4}));
+  Pb g;
+  g.s(1, "body").m(6, body).u(20, 5);  // GRAPH
+  int64_t five = 5;
+  auto s = open(model({node("Loop", {"M", "c0", "x"}, {"final", "scans"}, {g}), node("Neg", {"scans"}, {"y"})},
+                      {value_info("x", kFloat, {4})}, {value_info("final", kFloat, {4}), value_info("y", kFloat, {5, 4})},
+                      {tensor("M", kInt64, {}, std::string(reinterpret_cast<const char*>(&five), 8)),
+                       tensor("c0", 9, {}, std::string(1, '\1')), floats("one", {4}, 0.f)}),
+                no_fusion());
+  Tensor x = Tensor::from_vector<float>({1, 2, 3, 4});
+  Tensor fin(DType::Float, {4}), y(DType::Float, {5, 4});
+  s->run_into({{"x", Value(x)}}, {{"final", fin}, {"y", y}});
+  for (int rep = 1; rep <= 3; ++rep) {
+    y.data<float>()[19] = 0.f;
+    uint64_t before = allocation_count();
+    s->run_into({{"x", Value(x)}}, {{"final", fin}, {"y", y}});
+    EXPECT_LE(allocation_count() - before, 2u) << "run " << rep;
+    EXPECT_EQ(y.data<float>()[19], -16.f);  // 'one' is zeros: scans[k] = x * x
+    EXPECT_EQ(fin.data<float>()[3], 4.f);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The in-place contract, checked kernel by kernel: every op in_place_inputs lists must give
 // bitwise the same result when its output overwrites its input as when it does not. Shapes are
