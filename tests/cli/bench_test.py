@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Tests of the measuring commands: `basalt bench` and `basalt perf shapes|switch`.
 
-On small generated models (a conv net with dynamic H, W and an MLP): the JSON fields are present
+On small generated models (a conv net with dynamic H, W and an MLP), and with --concurrency 4 on
+PaddleOCR v4 det and BERT-mini too: the JSON fields are present
 and consistent (min <= median <= p90 <= p99, peak RSS >= RSS after load, counts as asked),
 --concurrency 4 reports identical results and a throughput, the perf commands print one line per
 size / cycle plus a summary, and bad command lines fail with exit code 2 and a message naming the
@@ -105,6 +106,23 @@ for name, model, opts in (("mlp", MLP, ["--dim", "batch=16"]), ("conv", CONV, ["
           r.stdout + r.stderr)
     check(f"bench --concurrency 4 ({name}): throughput and 20 runs", j.get("throughput_per_s", 0) > 0
           and j.get("concurrency") == 4 and j.get("iters") == 5, j)
+
+# --- bench --concurrency 4 on real models (issue 9's acceptance: PaddleOCR det and BERT-mini).
+# models-setup (scripts/prepare_models.sh) fetches/generates them first; a missing one fails.
+MODELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "models")
+for name, rel, opts in (
+        ("ppocr_v4_det", "ppocr_v4_det.onnx", ["--shape", "x=1x3x640x640", "--fill", "x=uniform:-1,1"]),
+        ("bert_mini", "generated/bert_mini.onnx", ["--dim", "batch=1", "--dim", "sequence=128",
+                                                   "--fill", "input_ids=int:0,30522", "--fill", "attention_mask=const:1"])):
+    path = os.path.join(MODELS_DIR, rel)
+    if not os.path.exists(path):
+        check(f"bench --concurrency 4 ({name}): model present", False, f"{path} missing (scripts/prepare_models.sh)")
+        continue
+    r = basalt(["bench", path] + opts + ["--threads", "2", "--iters", "3", "--warmup", "1", "--concurrency", "4",
+                                         "--json"], timeout=600)
+    j = (json_lines(r.stdout) or [{}])[0]
+    check(f"bench --concurrency 4 ({name}): identical true", r.returncode == 0 and j.get("identical") is True,
+          (r.stdout + r.stderr)[-600:])
 
 # --- perf shapes
 sizes = ["32x32", "64x48", "96x96", "32x64"]
