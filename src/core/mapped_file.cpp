@@ -42,6 +42,13 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   return m;
 }
 
+void release_file_pages(const void* p, size_t n) {
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 void MappedFile::release_pages() const {
   if (data_ && size_) madvise(const_cast<uint8_t*>(data_), size_, MADV_DONTNEED);
 }

@@ -9,6 +9,12 @@
 
 namespace basalt {
 
+// Gives back the whole pages inside [p, p+n) of a read-only private file mapping (madvise
+// MADV_DONTNEED): a later read faults them in from the file again. Only for memory of such a
+// mapping (Storage::file_fd >= 0 marks tensors that view one): on anonymous or caller memory it
+// would destroy data.
+void release_file_pages(const void* p, size_t n);
+
 class MappedFile {
  public:
   // Throws Error(Io) naming the path when it cannot be opened or mapped.

@@ -1,8 +1,6 @@
 #include "onnx/tensor_proto.hpp"
 
 #include <cstring>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <filesystem>
 #include <limits>
 
@@ -93,21 +91,13 @@ void copy_cast(const std::vector<Src>& src, Dst* dst) {
 
 }  // namespace
 
-// Gives back the whole pages inside [p, p+n) of a read-only file mapping (see MappedFile).
-static void release_file_range(const uint8_t* p, size_t n) {
-  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-}
-
 Tensor aligned_weight_copy(const Tensor& t) {
   if (t.dtype() == DType::String || !t.raw()) return t.clone();
   Tensor out = Tensor::uninit(t.dtype(), t.shape());
   size_t n = t.nbytes();
   if (n) std::memcpy(out.raw(), t.raw(), n);
   const bool file_backed = t.storage() && t.storage()->file_fd >= 0;
-  if (file_backed && n >= (size_t(1) << 16)) release_file_range(static_cast<const uint8_t*>(t.raw()), n);
+  if (file_backed && n >= (size_t(1) << 16)) release_file_pages(static_cast<const uint8_t*>(t.raw()), n);
   return out;
 }
 
@@ -172,7 +162,7 @@ Tensor tensor_from_proto(const pb::TensorProto& t, const std::string& what, std:
     }
     Tensor out(dt, shape);
     if (file_bytes) std::memcpy(out.raw(), raw, file_bytes);
-    if (file && file_bytes >= (size_t(1) << 16)) release_file_range(raw, file_bytes);
+    if (file && file_bytes >= (size_t(1) << 16)) release_file_pages(raw, file_bytes);
     return out;
   }
 

@@ -141,6 +141,13 @@ void fuse_conv_bn(PassContext& ctx) {
       nb.data<float>()[c] = float((b0 - double(mean[c])) * s + double(bias[c]));
     }
     std::string wname = g.values[size_t(conv.inputs[1])].name;
+    // The originals die with this fold unless something else reads them: drop them now, not when
+    // the pass ends, so folding a model's convs never holds two copies of its weights at once
+    // (ResNet-50: the optimizer's peak was load + every folded copy).
+    for (int v : {conv.inputs[1], conv.inputs.size() > 2 ? conv.inputs[2] : -1})
+      if (v >= 0 && idx.sole_consumer(v) == ci) drop_constant(g, v);
+    for (int k = 1; k < 5; ++k)
+      if (idx.sole_consumer(bn.inputs[size_t(k)]) == int(bi)) drop_constant(g, bn.inputs[size_t(k)]);
     int wv = add_constant(g, wname + "_bn", std::move(nw));
     int bv = add_constant(g, wname + "_bn_bias", std::move(nb));
     // The BN node becomes the Conv (it is the chain's last node; its output keeps its name).

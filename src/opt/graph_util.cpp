@@ -1,5 +1,7 @@
 #include "opt/graph_util.hpp"
 
+#include "core/mapped_file.hpp"
+
 #include <algorithm>
 
 namespace basalt {
@@ -40,6 +42,13 @@ const Tensor* constant_of(const Graph& g, int v) {
   // the enclosing graph).
   if (!d.is_initializer || d.is_graph_input) return nullptr;
   return &d.initializer;
+}
+
+void drop_constant(Graph& g, int v) {
+  Tensor& t = g.values[size_t(v)].initializer;
+  if (!t.raw()) return;
+  if (t.storage() && !t.storage()->owned && t.storage()->file_fd >= 0) release_file_pages(t.raw(), t.nbytes());
+  t = Tensor::view(t.dtype(), t.shape(), nullptr, nullptr);
 }
 
 void replace_uses(Graph& g, int old_value, int new_value) {

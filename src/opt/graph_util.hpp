@@ -58,6 +58,11 @@ class GraphIndex {
 // caller may override it. Values captured from an enclosing graph are never constants here.
 const Tensor* constant_of(const Graph& g, int v);
 
+// Lets go of constant v's data once no node will read it again (the caller has checked that):
+// the value keeps its dtype and shape with no data, and if the bytes were a view of the model
+// file, their pages are given back. Anything else sharing the storage keeps it alive.
+void drop_constant(Graph& g, int v);
+
 // The producer node of v, or null.
 inline const Node* producer_node(const Graph& g, int v) {
   if (v < 0) return nullptr;

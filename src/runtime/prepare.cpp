@@ -1,4 +1,5 @@
 // Kernel creation and preparation: the step between optimization and the first run.
+#include "core/mapped_file.hpp"
 #include "onnx/tensor_proto.hpp"
 #include "ops/kernel.hpp"
 #include "runtime/model.hpp"
@@ -6,18 +7,8 @@
 #include <chrono>
 #include <cstdint>
 
-#include <sys/mman.h>
-#include <unistd.h>
 
 namespace basalt {
-
-// Gives back the whole pages inside [p, p+n) of a read-only file mapping.
-static void release_file_pages(const void* p, size_t n) {
-  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + n) & ~(page - 1);
-  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
-}
 
 // Readers of each constant value in g (node inputs and implicit inputs); graph inputs and outputs
 // count as readers that never let go.

@@ -166,6 +166,35 @@ TEST(Optimizer, ConvBatchNormFoldsIntoConv) {
   expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
 }
 
+// The fold lets go of the original weight and BN parameters at once (so optimizing never holds
+// two copies of a model's conv weights), but not of a weight another node still reads.
+TEST(Optimizer, ConvBatchNormFoldDropsTheOriginalsUnlessShared) {
+  auto data_of = [](const Graph& g, const std::string& name) -> const void* {
+    for (const auto& v : g.values)
+      if (v.name == name) return v.initializer.raw();
+    ADD_FAILURE() << "no value " << name;
+    return nullptr;
+  };
+  {
+    Builder b = conv_bn();
+    b.g->finalize();
+    EXPECT_NE(data_of(*b.g, "W"), nullptr);
+    optimize_model(*b.m, {OptLevel::Basic, false}, nullptr);
+    EXPECT_EQ(data_of(*b.g, "W"), nullptr);
+    EXPECT_EQ(data_of(*b.g, "scale"), nullptr);
+    EXPECT_EQ(data_of(*b.g, "var"), nullptr);
+  }
+  Builder b = conv_bn();
+  b.node("Conv", {"X", "W"}, {"C2"}, {attr("pads", Ints{1, 1, 1, 1}), attr("kernel_shape", Ints{3, 3})}, "conv2");
+  b.output("C2");
+  std::string bytes = b.bytes();
+  b.g->finalize();
+  optimize_model(*b.m, {OptLevel::Basic, false}, nullptr);
+  EXPECT_EQ(count_ops(*b.g, "BatchNormalization"), 0);
+  EXPECT_NE(data_of(*b.g, "W"), nullptr);  // conv2 still reads it
+  expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
+}
+
 TEST(Optimizer, ConvBatchNormNotFoldedWhenConvOutputHasAnotherConsumer) {
   Builder b = conv_bn();
   b.node("Relu", {"C"}, {"R"});
