@@ -4,6 +4,8 @@
 #include <basalt/basalt.hpp>
 #include <gtest/gtest.h>
 
+#include "pb_writer.hpp"
+
 #include "runtime/model.hpp"
 #include "runtime/planner.hpp"
 
@@ -19,28 +21,7 @@ using namespace basalt;
 
 namespace {
 
-struct Pb {
-  std::string b;
-  void varint(uint64_t v) {
-    while (v >= 0x80) {
-      b.push_back(char(v | 0x80));
-      v >>= 7;
-    }
-    b.push_back(char(v));
-  }
-  Pb& u(int field, uint64_t v) {
-    varint(uint64_t(field) << 3);
-    varint(v);
-    return *this;
-  }
-  Pb& s(int field, const std::string& v) {
-    varint((uint64_t(field) << 3) | 2);
-    varint(v.size());
-    b += v;
-    return *this;
-  }
-  Pb& m(int field, const Pb& v) { return s(field, v.b); }
-};
+using test::Pb;
 
 constexpr int kFloat = 1, kInt64 = 7;
 
@@ -645,7 +626,8 @@ namespace {
 
 // x [4] -> Loop (5 iterations; body: s2 = s + one, sc = s2 * s2 scanned) -> final [4], scans [5,4].
 // Every tensor inside the body comes from the pool.
-std::string loop_model() {
+// With neg_of_scans the scan output feeds a Neg whose output "y" is the second graph output.
+std::string loop_model(bool neg_of_scans = false) {
   Pb body;
   body.m(1, node("Identity", {"cin"}, {"cout"}));
   body.m(1, node("Add", {"s", "one"}, {"s2"}));
@@ -656,8 +638,10 @@ std::string loop_model() {
   Pb g;
   g.s(1, "body").m(6, body).u(20, 5);  // GRAPH
   int64_t five = 5;
-  return model({node("Loop", {"M", "c0", "x"}, {"final", "scans"}, {g})}, {value_info("x", kFloat, {4})},
-               {value_info("final", kFloat, {4}), value_info("scans", kFloat, {5, 4})},
+  std::vector<Pb> nodes = {node("Loop", {"M", "c0", "x"}, {"final", "scans"}, {g})};
+  if (neg_of_scans) nodes.push_back(node("Neg", {"scans"}, {"y"}));
+  return model(nodes, {value_info("x", kFloat, {4})},
+               {value_info("final", kFloat, {4}), value_info(neg_of_scans ? "y" : "scans", kFloat, {5, 4})},
                {tensor("M", kInt64, {}, std::string(reinterpret_cast<const char*>(&five), 8)),
                 tensor("c0", 9, {}, std::string(1, '\1')), floats("one", {4}, 0.f)});
 }
@@ -690,22 +674,7 @@ TEST(DynamicPool, LoopBodyTensorsAreReused) {
 // With the outputs bound, a repeated run allocates only the first iteration's two scalars (8 and
 // 1 bytes), not one block per iteration (it was 2 per iteration + 1 for the stacked output).
 TEST(DynamicPool, LoopAllocatesNothingPerIteration) {
-  // loop_model() with its scan output consumed by a Neg: rebuild the top level around the Loop.
-  Pb body;
-  body.m(1, node("Identity", {"cin"}, {"cout"}));
-  body.m(1, node("Add", {"s", "one"}, {"s2"}));
-  body.m(1, node("Mul", {"s2", "s2"}, {"sc"}));
-  body.s(2, "body");
-  body.m(11, value_info("i", kInt64, {})).m(11, value_info("cin", 9, {})).m(11, value_info("s", kFloat, {4}));
-  body.m(12, value_info("cout", 9, {})).m(12, value_info("s2", kFloat, {4})).m(12, value_info("sc", kFloat, {4}));
-  Pb g;
-  g.s(1, "body").m(6, body).u(20, 5);  // GRAPH
-  int64_t five = 5;
-  auto s = open(model({node("Loop", {"M", "c0", "x"}, {"final", "scans"}, {g}), node("Neg", {"scans"}, {"y"})},
-                      {value_info("x", kFloat, {4})}, {value_info("final", kFloat, {4}), value_info("y", kFloat, {5, 4})},
-                      {tensor("M", kInt64, {}, std::string(reinterpret_cast<const char*>(&five), 8)),
-                       tensor("c0", 9, {}, std::string(1, '\1')), floats("one", {4}, 0.f)}),
-                no_fusion());
+  auto s = open(loop_model(true), no_fusion());
   Tensor x = Tensor::from_vector<float>({1, 2, 3, 4});
   Tensor fin(DType::Float, {4}), y(DType::Float, {5, 4});
   s->run_into({{"x", Value(x)}}, {{"final", fin}, {"y", y}});

@@ -5,6 +5,8 @@
 #include <basalt/basalt.hpp>
 #include <gtest/gtest.h>
 
+#include "pb_writer.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -31,36 +33,7 @@ std::string nm(const char* prefix, const std::string& rest) {
   return r;
 }
 
-// ---- minimal protobuf writer (only what ONNX models here need)
-struct Pb {
-  std::string b;
-  void varint(uint64_t v) {
-    while (v >= 0x80) {
-      b.push_back(char(v | 0x80));
-      v >>= 7;
-    }
-    b.push_back(char(v));
-  }
-  Pb& u(int field, uint64_t v) {
-    varint(uint64_t(field) << 3);
-    varint(v);
-    return *this;
-  }
-  Pb& s(int field, const std::string& v) {
-    varint((uint64_t(field) << 3) | 2);
-    varint(v.size());
-    b += v;
-    return *this;
-  }
-  Pb& m(int field, const Pb& v) { return s(field, v.b); }
-  Pb& f32(int field, float v) {
-    varint((uint64_t(field) << 3) | 5);
-    char c[4];
-    std::memcpy(c, &v, 4);
-    b.append(c, 4);
-    return *this;
-  }
-};
+using test::Pb;
 
 constexpr int kFloat = 1, kInt64 = 7, kBool = 9;
 

@@ -7,6 +7,8 @@
 #include <basalt/basalt.hpp>
 #include <gtest/gtest.h>
 
+#include "pb_writer.hpp"
+
 #include "ops/kernel.hpp"
 #include "runtime/model.hpp"
 
@@ -20,28 +22,7 @@ using namespace basalt;
 
 namespace {
 
-struct Pb {
-  std::string b;
-  void varint(uint64_t v) {
-    while (v >= 0x80) {
-      b.push_back(char(v | 0x80));
-      v >>= 7;
-    }
-    b.push_back(char(v));
-  }
-  Pb& u(int field, uint64_t v) {
-    varint(uint64_t(field) << 3);
-    varint(v);
-    return *this;
-  }
-  Pb& s(int field, const std::string& v) {
-    varint((uint64_t(field) << 3) | 2);
-    varint(v.size());
-    b += v;
-    return *this;
-  }
-  Pb& m(int field, const Pb& v) { return s(field, v.b); }
-};
+using test::Pb;
 
 constexpr int kFloat = 1, kInt64 = 7;
 
