@@ -4,7 +4,7 @@
 #   make demo    build, fetch PaddleOCR v4 text detection, run it at two input sizes
 #   make bench   build, then basalt vs ONNX Runtime 1.30 side by side (scripts/bench.sh; slow)
 #   make fuzz    libFuzzer run (clang-14, build-fuzz/) for FUZZ_SECONDS in all (default 60)
-#   make test-sanitize  ASan + UBSan build (build-sanitize/): unit, bad-input, Debian conformance, fuzz regressions
+#   make test-sanitize  ASan + UBSan build (build-fuzz/): unit, bad-input, Debian conformance, fuzz regressions, parity
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
