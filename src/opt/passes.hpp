@@ -15,10 +15,14 @@ void fold_reshape_chains(PassContext& ctx);    // Reshape/Squeeze/Unsqueeze/Flat
 void remove_dead_nodes(PassContext& ctx);      // nodes whose outputs nobody reads
 // fuse_conv.cpp
 void fuse_conv_bn(PassContext& ctx);           // Conv + BatchNormalization -> Conv (weights folded)
+// fuse_affine.cpp
+void fuse_conv_affine(PassContext& ctx);       // Conv + Mul/Add/Sub/Div by a per-channel constant -> Conv
 
 // ---- Extended (basalt-domain ops): fuse_conv.cpp
 void fuse_conv_activation(PassContext& ctx);   // Conv (+ residual Add) + activation -> basalt::FusedConv
 void fuse_gemm_activation(PassContext& ctx);   // Gemm + activation -> basalt::FusedMatMul
+// fuse_affine.cpp (a standard op, but of opset 14: Extended, like the other new-opset rewrites)
+void fuse_hardswish(PassContext& ctx);         // x * Clip(x + 3, 0, 6) / 6 and variants -> HardSwish(x)
 
 // ---- Extended, transformer patterns: fuse_transformer.cpp (the "fusions" pass file)
 void fuse_layernorm(PassContext& ctx);

@@ -649,3 +649,137 @@ TEST(Writer, RoundTripsAttributesOfEveryKind) {
 
 }  // namespace
 }  // namespace basalt
+
+namespace basalt {
+namespace {
+
+Tensor scalar_f(float v) {
+  Tensor t(DType::Float, {});
+  t.data<float>()[0] = v;
+  return t;
+}
+
+// X[1,3,8,8] -> Conv(3->4) -> Mul(scalar) -> Add(per-channel [4,1,1]) -> Y
+Builder conv_affine() {
+  Builder b;
+  b.input("X", {1, 3, 8, 8});
+  b.init("W", random_tensor({4, 3, 3, 3}, 1));
+  b.init("B", random_tensor({4}, 2));
+  b.init("s", scalar_f(1.75f));
+  b.init("t", random_tensor({4, 1, 1}, 3));
+  b.node("Conv", {"X", "W", "B"}, {"C"}, {attr("pads", Ints{1, 1, 1, 1}), attr("kernel_shape", Ints{3, 3})}, "conv1");
+  b.node("Mul", {"s", "C"}, {"M"});
+  b.node("Add", {"M", "t"}, {"Y"});
+  b.output("Y");
+  return b;
+}
+
+TEST(OptimizerAffine, ConvMulAddFoldIntoTheConv) {
+  std::string bytes = conv_affine().bytes();
+  auto s = open(bytes, 1);
+  EXPECT_EQ(report_of(*s).fusions.at("Conv+Mul/Add"), 2);
+  const Graph& g = *s->model().graph;
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "Conv");
+  EXPECT_EQ(g.values[size_t(g.nodes[0].outputs[0])].name, "Y");
+  expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
+}
+
+TEST(OptimizerAffine, SubAndDivByAConstantFoldButNotASpatialConstantOrZero) {
+  {
+    Builder b = conv_affine();
+    b.init("d", random_tensor({4, 1, 1}, 4, 0.5f, 2.f));
+    b.node("Div", {"Y", "d"}, {"Q"});
+    b.node("Sub", {"Q", "s"}, {"R"});
+    b.g->outputs.clear();
+    b.output("R");
+    std::string bytes = b.bytes();
+    auto s = open(bytes, 1);
+    EXPECT_EQ(report_of(*s).fusions.at("Conv+Mul/Add"), 4);
+    EXPECT_EQ(s->model().graph->nodes.size(), 1u);
+    expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
+  }
+  {
+    Builder b = conv_affine();
+    b.init("sp", random_tensor({8, 8}, 5));  // varies over space: not a per-channel affine
+    b.node("Mul", {"Y", "sp"}, {"Z"});
+    b.g->outputs.clear();
+    b.output("Z");
+    std::string bytes = b.bytes();
+    auto s = open(bytes, 1);
+    EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Mul/Add", "neither a scalar nor one value per output channel"));
+    EXPECT_EQ(count_ops(*s->model().graph, "Mul"), 1);
+    expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
+  }
+  {
+    Builder b = conv_affine();
+    b.init("zero", scalar_f(0.f));
+    b.node("Div", {"Y", "zero"}, {"Z"});
+    b.g->outputs.clear();
+    b.output("Z");
+    auto s = open(b.bytes(), 1);
+    EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Mul/Add", "division by zero"));
+    EXPECT_EQ(count_ops(*s->model().graph, "Div"), 1);
+  }
+}
+
+// Spelled-out HardSwish after a conv: x * Clip(x + 3, 0, 6) / 6 (Clip-11 bounds as inputs).
+Builder conv_hardswish(float three, bool extra_consumer) {
+  Builder b;
+  b.input("X", {1, 3, 8, 8});
+  b.init("W", random_tensor({4, 3, 3, 3}, 1, -2.f, 2.f));
+  b.init("three", scalar_f(three));
+  b.init("zero", scalar_f(0.f));
+  b.init("six", scalar_f(6.f));
+  b.node("Conv", {"X", "W"}, {"C"}, {attr("pads", Ints{1, 1, 1, 1}), attr("kernel_shape", Ints{3, 3})}, "conv1");
+  b.node("Add", {"C", "three"}, {"A"});
+  b.node("Clip", {"A", "zero", "six"}, {"G"});
+  b.node("Mul", {"C", "G"}, {"M"});
+  b.node("Div", {"M", "six"}, {"Y"});
+  b.output("Y");
+  if (extra_consumer) b.output("G");
+  return b;
+}
+
+TEST(OptimizerAffine, SpelledOutHardSwishBecomesHardSwishThenFusedConv) {
+  std::string bytes = conv_hardswish(3.f, false).bytes();
+  auto s = open(bytes, 3);
+  const auto& f = report_of(*s).fusions;
+  EXPECT_EQ(f.at("HardSwish"), 1);
+  EXPECT_EQ(f.at("Conv+HardSwish"), 1);
+  ASSERT_EQ(s->model().graph->nodes.size(), 1u);
+  EXPECT_EQ(s->model().graph->nodes[0].op_type, "FusedConv");
+  expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
+  // At basic level nothing changes (HardSwish is an opset-14 rewrite: Extended).
+  EXPECT_EQ(count_ops(*open(bytes, 1)->model().graph, "Clip"), 1);
+}
+
+TEST(OptimizerAffine, HardSwishNotMatchedWithOtherConstantsOrAnIntermediateInUse) {
+  {
+    auto s = open(conv_hardswish(2.f, false).bytes(), 3);  // x * Clip(x + 2, 0, 6) / 6 is not HardSwish
+    EXPECT_EQ(report_of(*s).fusions.count("HardSwish"), 0u);
+    EXPECT_EQ(count_ops(*s->model().graph, "Clip"), 1);
+  }
+  {
+    std::string bytes = conv_hardswish(3.f, true).bytes();  // the gate G is also a graph output
+    auto s = open(bytes, 3);
+    EXPECT_EQ(report_of(*s).fusions.count("HardSwish"), 0u);
+    expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
+  }
+  {
+    // x * HardSigmoid(x, 1/6, 0.5) is HardSwish too.
+    Builder b;
+    b.input("X", {2, 5});
+    b.node("HardSigmoid", {"X"}, {"H"}, {attr("alpha", 1.f / 6.f), attr("beta", 0.5f)});
+    b.node("Mul", {"H", "X"}, {"Y"});
+    b.output("Y");
+    std::string bytes = b.bytes();
+    auto s = open(bytes, 3);
+    EXPECT_EQ(report_of(*s).fusions.at("HardSwish"), 1);
+    EXPECT_EQ(count_ops(*s->model().graph, "HardSwish"), 1);
+    expect_same_outputs(bytes, 3, {{"X", random_tensor({2, 5}, 9, -5.f, 5.f)}});
+  }
+}
+
+}  // namespace
+}  // namespace basalt

@@ -1,0 +1,279 @@
+// Affine and HardSwish patterns that exporters spell out with element-wise ops:
+//   fuse_conv_affine (Basic): Conv -> Mul / Add / Sub / Div by a constant that is a scalar or one
+//     value per output channel, folded into the Conv's weights and bias (PaddleOCR's PP-LCNet
+//     writes a "learnable affine block" after every conv: Mul by a scalar, then Add a scalar).
+//   fuse_hardswish (Extended): x * Clip(x + 3, 0, 6) / 6 (or * 1/6, or x * Clip(..) / 6 in the other
+//     order, or x * HardSigmoid(x, 1/6, 0.5)) -> HardSwish(x), which fuse_conv_activation then puts
+//     into the conv's epilogue.
+// Both replace several memory-bound passes over an activation by nothing (folded) or by one op.
+#include "opt/passes.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace basalt {
+
+namespace {
+
+bool is_op(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+// Per-output-channel values of constant c when c, broadcast against a conv output of rank `rank`
+// with M channels (axis 1), is a scalar or varies only along the channel axis. Empty when not.
+std::vector<double> per_channel(const Tensor& c, int64_t M, int rank) {
+  if (c.dtype() != DType::Float || c.rank() > rank) return {};
+  std::vector<double> out(static_cast<size_t>(M));
+  if (c.numel() == 1) {
+    for (auto& v : out) v = c.get_double(0);
+    return out;
+  }
+  // Right-aligned broadcasting: c's axis k lines up with output axis k + (rank - c.rank()).
+  const int off = rank - c.rank();
+  for (int k = 0; k < c.rank(); ++k) {
+    const int64_t want = k + off == 1 ? M : 1;
+    if (c.dim(k) != want) return {};
+  }
+  if (off > 1) return {};  // the channel axis is not covered: a scalar would have matched above
+  for (int64_t m = 0; m < M; ++m) out[size_t(m)] = c.get_double(m);
+  return out;
+}
+
+bool near(double v, double want) { return std::fabs(v - want) <= 1e-6 * std::max(1.0, std::fabs(want)); }
+
+// The constant scalar among n's two inputs other than `x`, or NaN.
+double other_scalar(const Graph& g, const Node& n, int x) {
+  if (n.inputs.size() != 2) return std::numeric_limits<double>::quiet_NaN();
+  int o = n.inputs[0] == x ? n.inputs[1] : n.inputs[1] == x ? n.inputs[0] : -1;
+  const Tensor* t = o >= 0 ? constant_of(g, o) : nullptr;
+  if (!t || t->numel() != 1 || (t->dtype() != DType::Float && t->dtype() != DType::Double))
+    return std::numeric_limits<double>::quiet_NaN();
+  return t->get_double(0);
+}
+
+// One folding round: every Mul/Add/Sub/Div whose left (or, for Mul/Add, either) operand is the
+// sole-consumed output of a float Conv with constant weights, and whose other operand is a
+// per-channel constant, becomes that Conv with scaled weights / shifted bias. Returns whether
+// anything was folded.
+bool fold_round(PassContext& ctx) {
+  const char* kPattern = "Conv+Mul/Add";
+  Graph& g = ctx.graph;
+  GraphIndex idx(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  bool any = false;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    Node& op = g.nodes[ni];
+    const bool mul = is_op(op, "Mul"), add = is_op(op, "Add"), sub = is_op(op, "Sub"), div = is_op(op, "Div");
+    if (!(mul || add || sub || div) || op.inputs.size() != 2 || op.outputs.size() != 1) continue;
+    // Which operand is the conv output (Sub and Div: only the left one, x - c and x / c).
+    int conv_side = -1;
+    for (int s = 0; s < 2 && conv_side < 0; ++s) {
+      if ((sub || div) && s == 1) break;
+      const Node* p = producer_node(g, op.inputs[size_t(s)]);
+      if (p && is_op(*p, "Conv") && !dead[size_t(idx.producer(op.inputs[size_t(s)]))]) conv_side = s;
+    }
+    if (conv_side < 0) continue;
+    const int y = op.inputs[size_t(conv_side)];
+    const int ci = idx.producer(y);
+    const Node& conv = g.nodes[size_t(ci)];
+    if (idx.sole_consumer(y) != int(ni) || conv.outputs.size() != 1) continue;
+    const Tensor* c = constant_of(g, op.inputs[size_t(1 - conv_side)]);
+    if (!c) continue;  // an ordinary residual Add: fuse_conv_activation's business
+    const Tensor* w = conv.inputs.size() > 1 ? constant_of(g, conv.inputs[1]) : nullptr;
+    const bool has_b = conv.inputs.size() > 2 && conv.inputs[2] >= 0;
+    const Tensor* b = has_b ? constant_of(g, conv.inputs[2]) : nullptr;
+    if (!w || (has_b && !b)) {
+      ctx.reject(kPattern, conv, "non-constant weight or bias");
+      continue;
+    }
+    if (w->dtype() != DType::Float || (b && b->dtype() != DType::Float) || w->rank() < 3) {
+      ctx.reject(kPattern, conv, "only float32 convs are folded");
+      continue;
+    }
+    const int64_t M = w->dim(0);
+    std::vector<double> k = per_channel(*c, M, int(w->rank()));
+    if (k.empty()) {
+      ctx.reject(kPattern, op, "the constant is neither a scalar nor one value per output channel");
+      continue;
+    }
+    if (div)
+      for (double& v : k) {
+        if (v == 0.0) {
+          k.clear();
+          break;
+        }
+        v = 1.0 / v;
+      }
+    if (k.empty()) {
+      ctx.reject(kPattern, op, "division by zero");
+      continue;
+    }
+    if (sub)
+      for (double& v : k) v = -v;
+    // New weights (scaled for Mul/Div) and bias.
+    const int64_t per = w->numel() / M;
+    Tensor nw = *w;
+    Tensor nb(DType::Float, {M});
+    if (b)
+      for (int64_t m = 0; m < M; ++m) nb.data<float>()[m] = b->data<float>()[m];
+    if (mul || div) {
+      nw = Tensor::uninit(DType::Float, w->shape());
+      const float* src = w->data<float>();
+      float* dst = nw.data<float>();
+      for (int64_t m = 0; m < M; ++m) {
+        const float s = float(k[size_t(m)]);
+        for (int64_t j = 0; j < per; ++j) dst[m * per + j] = src[m * per + j] * s;
+        nb.data<float>()[m] = float(double(nb.data<float>()[m]) * k[size_t(m)]);
+      }
+    } else {
+      for (int64_t m = 0; m < M; ++m) nb.data<float>()[m] = float(double(nb.data<float>()[m]) + k[size_t(m)]);
+    }
+    std::string wname = g.values[size_t(conv.inputs[1])].name;
+    int wv = conv.inputs[1];
+    if (mul || div) {
+      if (idx.sole_consumer(conv.inputs[1]) == ci) drop_constant(g, conv.inputs[1]);
+      wv = add_constant(g, wname + "_scaled", std::move(nw));
+    }
+    if (has_b && idx.sole_consumer(conv.inputs[2]) == ci) drop_constant(g, conv.inputs[2]);
+    int bv = add_constant(g, wname + "_affine_bias", std::move(nb));
+    // The Mul/Add node becomes the Conv (it is the chain's last node; its output keeps its name).
+    Node& conv_now = g.nodes[size_t(ci)];
+    Node& last = g.nodes[ni];
+    last.op_type = "Conv";
+    last.domain = "";
+    last.opset = conv_now.opset;
+    last.attrs = conv_now.attrs;
+    last.inputs = {conv_now.inputs[0], wv, bv};
+    last.name = conv_now.name;
+    last.kernel.reset();
+    dead[size_t(ci)] = true;
+    ctx.applied(kPattern);
+    any = true;
+  }
+  if (any) compact(g, dead);
+  return any;
+}
+
+}  // namespace
+
+void fuse_conv_affine(PassContext& ctx) {
+  // A chain Conv -> Mul -> Add folds in two rounds (the Mul's node is the Conv in the second).
+  for (int round = 0; round < 8 && fold_round(ctx); ++round) {
+  }
+}
+
+void fuse_hardswish(PassContext& ctx) {
+  const char* kPattern = "HardSwish";
+  Graph& g = ctx.graph;
+  GraphIndex idx(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  bool any = false;
+  // An intermediate of the pattern: read only by the next node of the pattern.
+  auto single_use = [&](int v, int consumer) { return v >= 0 && idx.sole_consumer(v) == consumer; };
+  auto model_opset = [&] {
+    auto it = ctx.model.opsets.find("");
+    return it == ctx.model.opsets.end() ? 0 : int(it->second);
+  };
+  for (size_t li = 0; li < g.nodes.size(); ++li) {
+    Node& last = g.nodes[li];
+    if (dead[li] || last.outputs.size() != 1) continue;
+    // Candidates end in Div(m, 6), Mul(m, 1/6) or Mul(x, gate).
+    std::vector<int> chain;  // node indices of the pattern other than `last`
+    int x = -1;
+    auto match_gate = [&](int gate_v, int consumer, int want_x) -> bool {
+      // gate_v = Clip(Add(want_x, 3), 0, 6) [optionally / 6 or * 1/6 applied by the caller]
+      const Node* clip = producer_node(g, gate_v);
+      if (!clip || !is_op(*clip, "Clip") || !single_use(gate_v, consumer)) return false;
+      int clip_i = idx.producer(gate_v);
+      double lo = 0, hi = 0;
+      if (clip->opset < 11) {
+        lo = clip->attr_float("min", std::numeric_limits<float>::lowest());
+        hi = clip->attr_float("max", std::numeric_limits<float>::max());
+      } else {
+        const Tensor* tl = clip->inputs.size() > 1 && clip->inputs[1] >= 0 ? constant_of(g, clip->inputs[1]) : nullptr;
+        const Tensor* th = clip->inputs.size() > 2 && clip->inputs[2] >= 0 ? constant_of(g, clip->inputs[2]) : nullptr;
+        if (!tl || !th || tl->numel() != 1 || th->numel() != 1) return false;
+        lo = tl->get_double(0);
+        hi = th->get_double(0);
+      }
+      if (!near(lo, 0.0) || !near(hi, 6.0)) return false;
+      const Node* a = producer_node(g, clip->inputs[0]);
+      if (!a || !is_op(*a, "Add") || !single_use(clip->inputs[0], clip_i)) return false;
+      if (!near(other_scalar(g, *a, want_x), 3.0)) return false;
+      chain.push_back(clip_i);
+      chain.push_back(idx.producer(clip->inputs[0]));
+      return true;
+    };
+    // Form A: last = Div(m, 6) or Mul(m, 1/6) with m = Mul(x, Clip(x + 3)).
+    // Form B: last = Mul(x, g) with g = Div(Clip(x + 3), 6) / Mul(Clip(..), 1/6) / HardSigmoid(x, 1/6, .5).
+    bool ok = false;
+    if (is_op(last, "Div") || is_op(last, "Mul")) {
+      for (int s = 0; s < 2 && !ok; ++s) {
+        if (last.inputs.size() != 2) break;
+        int mv = last.inputs[size_t(s)];
+        double k = other_scalar(g, last, mv);
+        bool scale6 = is_op(last, "Div") ? (s == 0 && near(k, 6.0)) : near(k, 1.0 / 6.0);
+        const Node* m = producer_node(g, mv);
+        if (scale6 && m && is_op(*m, "Mul") && m->inputs.size() == 2 && single_use(mv, int(li))) {
+          int mi = idx.producer(mv);
+          for (int t = 0; t < 2 && !ok; ++t) {
+            chain.clear();
+            int cand_x = m->inputs[size_t(t)], gate = m->inputs[size_t(1 - t)];
+            if (match_gate(gate, mi, cand_x)) {
+              chain.push_back(mi);
+              x = cand_x;
+              ok = true;
+            }
+          }
+        }
+      }
+    }
+    if (!ok && is_op(last, "Mul") && last.inputs.size() == 2) {
+      for (int t = 0; t < 2 && !ok; ++t) {
+        chain.clear();
+        int cand_x = last.inputs[size_t(t)], gv = last.inputs[size_t(1 - t)];
+        const Node* gn = producer_node(g, gv);
+        if (!gn || !single_use(gv, int(li))) continue;
+        int gi = idx.producer(gv);
+        if (is_op(*gn, "HardSigmoid") && gn->inputs.size() == 1 && gn->inputs[0] == cand_x &&
+            near(gn->attr_float("alpha", 0.2f), 1.0 / 6.0) && near(gn->attr_float("beta", 0.5f), 0.5)) {
+          chain.push_back(gi);
+          x = cand_x;
+          ok = true;
+        } else if ((is_op(*gn, "Div") || is_op(*gn, "Mul")) && gn->inputs.size() == 2) {
+          for (int s = 0; s < 2 && !ok; ++s) {
+            int cv = gn->inputs[size_t(s)];
+            double k = other_scalar(g, *gn, cv);
+            bool scale6 = is_op(*gn, "Div") ? (s == 0 && near(k, 6.0)) : near(k, 1.0 / 6.0);
+            if (scale6 && match_gate(cv, gi, cand_x)) {
+              chain.push_back(gi);
+              x = cand_x;
+              ok = true;
+            }
+          }
+        }
+      }
+    }
+    if (!ok) continue;
+    bool clash = false;
+    for (int c : chain) clash = clash || dead[size_t(c)];
+    if (clash) continue;
+    const int opset = model_opset();
+    if (opset < 14 && ctx.opts.standard_ops) {
+      ctx.reject(kPattern, last, "ai.onnx HardSwish needs opset 14 and the model imports opset " + std::to_string(opset) +
+                                     " (--standard-ops keeps the model's opset)");
+      continue;
+    }
+    for (int c : chain) dead[size_t(c)] = true;
+    // The chain's last node becomes HardSwish(x); it keeps its output (and so the output's name).
+    last.op_type = "HardSwish";
+    last.domain = "";
+    last.opset = std::max(14, opset);
+    last.inputs = {x};
+    last.attrs.clear();
+    last.kernel.reset();
+    ctx.applied(kPattern);
+    any = true;
+  }
+  if (any) compact(g, dead);
+}
+
+}  // namespace basalt
