@@ -37,7 +37,9 @@ int64_t chunk_cols(const GemmArch& g, const Conv2dShape& s) {
 constexpr int64_t kMaxInPlaceRows = 32;
 
 // Floats of one chunk's packed-column buffer (plus alignment slack).
-int64_t slot_floats(const GemmArch& g, const Conv2dShape& s) { return packed_b_floats(g, s.Kg(), chunk_cols(g, s)) + 16; }
+int64_t slot_floats(const GemmArch& g, const Conv2dShape& s) {
+  return packed_b_floats(g, s.Kg(), chunk_cols(g, s)) + 16;
+}
 
 // With several threads, whole chunks go to threads: each packs its own columns into its own
 // buffer and runs the GEMM inline (no barrier per chunk, and the packed panels stay in the L2 of

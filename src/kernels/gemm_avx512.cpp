@@ -61,8 +61,12 @@ void tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int
         // Clamps as blends on ordered compares (false for NaN), so NaN passes where std::max /
         // std::min let it pass; `below(v, lo)` / `above(v, hi)`: v < lo -> lo, v > hi -> hi.
         // (_mm512_max_ps / _mm512_min_ps would do, but trip GCC 12's -Wmaybe-uninitialized.)
-        auto below = [](__m512 v, __m512 lo) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo); };
-        auto above = [](__m512 v, __m512 hi) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi); };
+        auto below = [](__m512 v, __m512 lo) {
+          return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
+        };
+        auto above = [](__m512 v, __m512 hi) {
+          return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
+        };
         // v <= 0 -> +0, as `v > 0 ? v : 0` and std::max(0.f, v) give (-0 becomes +0)
         auto pos = [](__m512 v) {
           return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());

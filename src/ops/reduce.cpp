@@ -506,6 +506,61 @@ std::vector<double> per_channel_param(const KernelContext& ctx, int input, int64
   return to_dvec(ctx, input, t);
 }
 
+// Inference BatchNormalization on float32 folds its four parameters into a per-channel scale s and
+// shift t (in double, then rounded to float). With constant parameters (the usual case) that
+// folding is done once at load; a run uses it only when inputs 1..4 are still those very tensors
+// (an initializer that a feed overrides is folded again at run time, with the same arithmetic).
+struct BnFolded {
+  std::vector<float> s, t;
+  const void* src[5] = {};
+};
+
+// s[c] = scale / sqrt(var + eps), t[c] = B - mean * s (double), as floats.
+void bn_fold(const std::vector<double>& sc, const std::vector<double>& bi, const std::vector<double>& mean,
+             const std::vector<double>& var, float eps, std::vector<float>& s, std::vector<float>& t) {
+  const size_t C = sc.size();
+  s.assign(C, 0.f);
+  t.assign(C, 0.f);
+  for (size_t c = 0; c < C; ++c) {
+    double inv = 1.0 / std::sqrt(var[c] + double(eps));
+    s[c] = float(inv * sc[c]);
+    t[c] = float(bi[c] - mean[c] * inv * sc[c]);
+  }
+}
+
+using BnFn = std::function<void(KernelContext&, const BnFolded*)>;
+class BatchNormKernel final : public OpKernel {
+ public:
+  BatchNormKernel(float eps, bool training, BnFn f) : eps_(eps), training_(training), f_(std::move(f)) {}
+  void prepare(const PrepareContext& pc) override {
+    if (training_ || pc.constant.size() < 5) return;
+    std::vector<double> p[4];
+    int64_t C = -1;
+    for (int i = 1; i <= 4; ++i) {
+      const Tensor* t = pc.constant[size_t(i)];
+      if (!t || !t->raw() || (C >= 0 && t->numel() != C)) return;
+      C = t->numel();
+      bool ok = visit_float(t->dtype(), [&]<class T>() {
+        const T* d = t->data<T>();
+        for (int64_t k = 0; k < C; ++k) p[i - 1].push_back(double(d[k]));
+      });
+      if (!ok) return;
+    }
+    bn_fold(p[0], p[1], p[2], p[3], eps_, folded_.s, folded_.t);
+    for (int i = 1; i <= 4; ++i) folded_.src[i] = pc.constant[size_t(i)]->raw();
+    prepared_ = true;
+  }
+  size_t packed_bytes() const override { return (folded_.s.size() + folded_.t.size()) * sizeof(float); }
+  void compute(KernelContext& ctx) const override { f_(ctx, prepared_ ? &folded_ : nullptr); }
+
+ private:
+  float eps_;
+  bool training_;
+  BnFn f_;
+  BnFolded folded_;
+  bool prepared_ = false;
+};
+
 DType stash_dtype(int64_t stash_type, DType x) {
   if (stash_type == 1) return DType::Float;
   if (dtype_is_known(int32_t(stash_type)) && is_float_like(DType(stash_type))) return DType(stash_type);
@@ -632,29 +687,28 @@ void register_norms(OpRegistry& r) {
       if (n.opset < 9 && n.attr_int("spatial", 1) == 0)
         n.fail(ErrorCode::Unsupported, "spatial=0 is not supported");
       int opset = n.opset;
-      return kernel([=](KernelContext& ctx) {
+      return std::make_unique<BatchNormKernel>(eps, training, [=](KernelContext& ctx, const BnFolded* folded) {
         const Tensor& x = ctx.input(0);
         require_float(ctx, 0, x.dtype());
         if (x.rank() < 2) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 2, got " + shape_str(x.shape()));
         int64_t N = x.dim(0), C = x.dim(1), S = 1;
         for (int d = 2; d < x.rank(); ++d) S *= x.dim(d);
         if (!training && x.dtype() == DType::Float) {
-          // Inference on float32: y = x * s[c] + t[c] with s, t folded in double, one vectorized
-          // pass; planes split over the pool.
-          std::vector<double> sc = per_channel_param(ctx, 1, C, "scale");
-          std::vector<double> bi = per_channel_param(ctx, 2, C, "B");
-          std::vector<double> mean = per_channel_param(ctx, 3, C, "input_mean");
-          std::vector<double> var = per_channel_param(ctx, 4, C, "input_var");
+          // Inference on float32: y = x * s[c] + t[c] with s, t folded in double (at load when
+          // the parameters are constants), one vectorized pass; planes split over the pool.
           for (int i = 1; i < ctx.num_outputs(); ++i)
             if (ctx.has_output(i))
               ctx.fail(ErrorCode::Unsupported, "output " + std::to_string(i) + " is only produced in training mode" +
                                                    (opset < 14 ? " (not supported before opset 14)" : ""));
-          std::vector<float> s(static_cast<size_t>(C)), t(static_cast<size_t>(C));
-          for (size_t c = 0; c < size_t(C); ++c) {
-            double inv = 1.0 / std::sqrt(var[c] + double(eps));
-            s[c] = float(inv * sc[c]);
-            t[c] = float(bi[c] - mean[c] * inv * sc[c]);
-          }
+          bool use_folded = folded && int64_t(folded->s.size()) == C;
+          for (int i = 1; use_folded && i <= 4; ++i) use_folded = ctx.input(i).raw() == folded->src[i];
+          std::vector<float> s_run, t_run;
+          if (!use_folded)
+            bn_fold(per_channel_param(ctx, 1, C, "scale"), per_channel_param(ctx, 2, C, "B"),
+                    per_channel_param(ctx, 3, C, "input_mean"), per_channel_param(ctx, 4, C, "input_var"), eps, s_run,
+                    t_run);
+          const std::vector<float>& s = use_folded ? folded->s : s_run;
+          const std::vector<float>& t = use_folded ? folded->t : t_run;
           Tensor& y = ctx.output_uninit(0, x.dtype(), x.shape());
           const float* px = x.data<float>();
           float* py = y.data<float>();

@@ -801,22 +801,35 @@ void register_tensor_ops(OpRegistry& r) {
       int64_t orow = os[size_t(a)] * inner;
       const size_t es = dtype_size(x0.dtype());
       if (x0.dtype() != DType::String && es > 0) {
-        // Every output element is written: no zero fill. Pieces (input i, outer row b) are
-        // contiguous runs on both sides, copied with memcpy; outer rows split over the pool.
+        // Every output element is written: no zero fill. Output row b (one per outer index) is
+        // the inputs' row-b pieces side by side; the rows are cut into byte ranges of at most
+        // 64 KB, each copied (memcpy of its overlap with every piece) by one task, so a concat
+        // of a few large rows (UNet's [1, C, 256, 256] along C) splits over the pool as well as
+        // one of many small rows.
         Tensor& y = ctx.output_uninit(0, x0.dtype(), os);
         if (y.numel() == 0) return;
         uint8_t* o = static_cast<uint8_t*>(y.raw());
         const size_t orow_bytes = size_t(orow) * es;
-        const int64_t grain = std::max<int64_t>(1, int64_t(65536 / std::max<size_t>(orow_bytes, 1)));
-        parallel_for(ctx.pool(), outer, grain, [&](int64_t b0, int64_t b1) {
-          size_t col = 0;
-          for (int i = 0; i < ni; ++i) {
-            const Tensor& xi = ctx.input(i);
-            const size_t chunk = size_t(xi.dim(a) * inner) * es;
-            const uint8_t* s = static_cast<const uint8_t*>(xi.raw());
-            if (chunk)
-              for (int64_t b = b0; b < b1; ++b) std::memcpy(o + size_t(b) * orow_bytes + col, s + size_t(b) * chunk, chunk);
-            col += chunk;
+        std::vector<std::pair<const uint8_t*, size_t>> pieces;  // (input data, bytes per outer row)
+        for (int i = 0; i < ni; ++i) {
+          const Tensor& xi = ctx.input(i);
+          pieces.push_back({static_cast<const uint8_t*>(xi.raw()), size_t(xi.dim(a) * inner) * es});
+        }
+        constexpr size_t kRange = 65536;
+        const int64_t ranges = int64_t((orow_bytes + kRange - 1) / kRange);
+        const int64_t grain = std::max<int64_t>(1, int64_t(kRange / std::min(orow_bytes, kRange)));
+        parallel_for(ctx.pool(), outer * ranges, grain, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t b = t / ranges;
+            const size_t lo = size_t(t % ranges) * kRange, hi = std::min(lo + kRange, orow_bytes);
+            uint8_t* row = o + size_t(b) * orow_bytes;
+            size_t col = 0;
+            for (const auto& [src, bytes] : pieces) {
+              const size_t s0 = std::max(lo, col), s1 = std::min(hi, col + bytes);
+              if (s0 < s1) std::memcpy(row + s0, src + size_t(b) * bytes + (s0 - col), s1 - s0);
+              col += bytes;
+              if (col >= hi) break;
+            }
           }
         });
         return;

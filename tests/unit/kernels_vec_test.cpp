@@ -620,6 +620,13 @@ TEST(KernelsVecOps, CopyOpsAgainstIndexing) {
           ASSERT_EQ(back.shape(), p.shape());
           ASSERT_EQ(0, std::memcmp(back.raw(), p.raw(), p.nbytes())) << "Concat part " << k << tw;
         }
+        // One outer row (concat along axis 0) of ~480 KB: split into byte ranges across pieces.
+        Tensor p = typed(rand_tensor(rng, {2, 40000}), dt), q = typed(rand_tensor(rng, {1, 40000}), dt);
+        Tensor pq = run_op_threads("Concat", 13, {p, q}, {attr("axis", 0)}, threads)[0].tensor;
+        ASSERT_EQ(pq.shape(), (Shape{3, 40000}));
+        ASSERT_EQ(0, std::memcmp(pq.raw(), p.raw(), p.nbytes())) << "Concat axis 0" << tw;
+        ASSERT_EQ(0, std::memcmp(static_cast<const uint8_t*>(pq.raw()) + p.nbytes(), q.raw(), q.nbytes()))
+            << "Concat axis 0" << tw;
         Tensor e = run_op_threads("Expand", 13, {b, Tensor::from_vector<int64_t>({3, 4, 1001})}, {}, threads)[0].tensor;
         std::vector<int64_t> bs = strides_of(b.shape());
         expect_gather(e, b, {3, 4, 1001}, {bs[0], 0, 1}, 0, "Expand" + tw);
@@ -662,6 +669,50 @@ TEST(KernelsVecOps, Reductions) {
                  std::string(op) + " " + shape_str(shape) + " axes " + shape_str(axes) + " keepdims " + std::to_string(keep),
                  {false, true});
       }
+}
+
+
+// BatchNormalization folds constant parameters once at load (prepare): a run with those very
+// tensors gives the bits of the run-time folding, and a run with other parameter tensors (an
+// initializer overridden by a feed) folds again instead of using the stale load-time values.
+TEST(KernelsVecOps, BatchNormFoldedAtLoad) {
+  std::mt19937 rng(17);
+  const int64_t C = 13;
+  Tensor x = rand_tensor(rng, {2, C, 7, 9});
+  Tensor sc = rand_tensor(rng, {C}, 0.5f, 1.5f), bi = rand_tensor(rng, {C}), mu = rand_tensor(rng, {C}),
+         var = rand_tensor(rng, {C}, 0.1f, 2.f);
+  Node n;
+  n.name = "bn";
+  n.op_type = "BatchNormalization";
+  n.opset = 15;
+  n.inputs = {0, 1, 2, 3, 4};
+  n.outputs = {100};
+  const KernelFactory* f = OpRegistry::instance().find("", "BatchNormalization", 15);
+  ASSERT_NE(f, nullptr);
+  auto run = [&](OpKernel& k, const std::vector<Tensor>& in) {
+    std::vector<Value> vals;
+    for (const Tensor& t : in) vals.push_back(Value(t));
+    std::vector<const Value*> ins;
+    for (auto& v : vals) ins.push_back(&v);
+    std::vector<Value> outs(1);
+    RunContext rc;
+    KernelContext ctx(n, ins, outs, {}, rc);
+    k.compute(ctx);
+    return outs[0].tensor;
+  };
+  std::unique_ptr<OpKernel> plain = (*f)(n), prepared = (*f)(n);
+  const Tensor* consts[5] = {nullptr, &sc, &bi, &mu, &var};
+  prepared->prepare(PrepareContext{n, std::span<const Tensor* const>(consts, 5), 1});
+  EXPECT_EQ(prepared->packed_bytes(), size_t(2 * C) * sizeof(float));
+  Tensor want = run(*plain, {x, sc, bi, mu, var});
+  Tensor got = run(*prepared, {x, sc, bi, mu, var});
+  ASSERT_EQ(0, std::memcmp(got.raw(), want.raw(), want.nbytes()));
+  // Other parameter tensors: the prepared kernel must not use its load-time folding.
+  Tensor sc2 = rand_tensor(rng, {C}, 0.5f, 1.5f);
+  Tensor want2 = run(*plain, {x, sc2, bi, mu, var});
+  Tensor got2 = run(*prepared, {x, sc2, bi, mu, var});
+  ASSERT_EQ(0, std::memcmp(got2.raw(), want2.raw(), want2.nbytes()));
+  ASSERT_NE(0, std::memcmp(got2.raw(), want.raw(), want.nbytes()));
 }
 
 }  // namespace
