@@ -454,9 +454,12 @@ Tensor ArenaRun::dynamic(const Node& n, int i, DType dt, const Shape& shape) {
   if (ni >= 0) {
     if (size_t(i) >= n.outputs.size() || n.outputs[size_t(i)] < 0) return {};
     const int v = n.outputs[size_t(i)];
-    if (plan->value_slot[size_t(v)].offset != MemoryPlan::kNone || plan->value_slot[size_t(v)].in_peak) return {};
-    for (int o : graph->outputs)
-      if (o == v) return {};
+    if (plan->value_slot[size_t(v)].offset != MemoryPlan::kNone) return {};
+    // Graph outputs come from the pool too: the caller holds the block while it uses the result,
+    // and when it lets go the block returns for the next run, so a service that runs, reads and
+    // drops its outputs gets them without new pages (fresh mmap'd outputs page-faulted on every
+    // run). A caller that keeps outputs just makes the pool allocate new blocks; a block outlives
+    // the session safely (see DynamicPool).
   }
   // Sizes the heap path would refuse (negative or overflowing dims) go there for its error.
   uint64_t numel = 1;

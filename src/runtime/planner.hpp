@@ -126,8 +126,8 @@ struct ArenaRun {
   // throws MemoryLimit when the run would exceed the limit.
   void note_heap(const Node& n, int i, uint64_t bytes);
   // A tensor from the pool for output i of node n when the plan has no slot for it (its size
-  // depends on data, or n is inside a subgraph) and it is not a graph output (those go to the
-  // caller); an undefined Tensor otherwise (then use the heap). Checked against the memory limit
+  // depends on data, n is inside a subgraph, or it is a graph output, which the caller then holds
+  // until it lets go); an undefined Tensor otherwise (then use the heap). Checked against the memory limit
   // like a heap tensor; idle pool blocks count too and are trimmed to stay within the limit.
   Tensor dynamic(const Node& n, int i, DType dt, const Shape& shape);
   // Pool memory for a workspace of a node without a planned one; null when there is no pool.

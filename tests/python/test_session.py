@@ -471,13 +471,18 @@ def test_dynamic_pool_reuses_data_dependent_tensors(tmp_path):
     rng = np.random.default_rng(3)
     x = (rng.uniform(size=(64, 48)) > 0.5).astype(np.float32)
     want = np.argwhere(x != 0)
-    first = s.memory_stats()
+    # nz comes from the pool, and so does the graph output y: the caller holds y's block until it
+    # drops the array. Run 2 still holds run 1's y while it runs (a second block); after that, the
+    # two blocks alternate and nothing new is allocated.
+    for _ in range(2):
+        (y,) = s.run(None, {"x": x})
+    settled = s.memory_stats()
     for _ in range(5):
         (y,) = s.run(None, {"x": x})
         np.testing.assert_array_equal(y, want)
     st = s.memory_stats()
-    assert st["dynamic_pool_hits"] - first["dynamic_pool_hits"] >= 4, st
-    assert st["dynamic_pool_misses"] - first["dynamic_pool_misses"] <= 1, st
+    assert st["dynamic_pool_hits"] - settled["dynamic_pool_hits"] >= 10, st  # nz and y, 5 runs
+    assert st["dynamic_pool_misses"] == settled["dynamic_pool_misses"], st
     assert st["dynamic_pool_held_bytes"] <= 1 << 20
     assert st["dynamic_pool_peak_bytes"] >= want.size * 8
     none = basalt.SessionOptions()
