@@ -50,14 +50,10 @@ Pb attr_ints(const std::string& name, const std::vector<int64_t>& v) {
   return a;
 }
 
+// A node named after its first output.
 Pb node(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
         const std::vector<Pb>& attrs = {}) {
-  Pb n;
-  for (auto& i : in) n.s(1, i);
-  for (auto& o : out) n.s(2, o);
-  n.s(3, out[0] + "_node").s(4, op);
-  for (auto& a : attrs) n.m(5, a);
-  return n;
+  return test::onnx_node(op, in, out, out[0] + "_node", attrs);
 }
 
 Pb tensor(const std::string& name, int elem, const std::vector<int64_t>& dims, const std::string& raw) {

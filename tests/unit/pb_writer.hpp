@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace basalt::test {
 
@@ -42,5 +43,16 @@ struct Pb {
     return *this;
   }
 };
+
+// NodeProto: inputs, outputs, name, op_type, attributes (AttributeProto messages).
+inline Pb onnx_node(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
+                    const std::string& name, const std::vector<Pb>& attrs = {}) {
+  Pb n;
+  for (auto& i : in) n.s(1, i);
+  for (auto& o : out) n.s(2, o);
+  n.s(3, name).s(4, op);
+  for (auto& a : attrs) n.m(5, a);
+  return n;
+}
 
 }  // namespace basalt::test

@@ -56,12 +56,7 @@ Pb value_info(const std::string& name, int elem, const std::vector<int64_t>& dim
 
 Pb node(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
         const std::string& name, const std::vector<Pb>& attrs = {}) {
-  Pb n;
-  for (auto& i : in) n.s(1, i);
-  for (auto& o : out) n.s(2, o);
-  n.s(3, name).s(4, op);
-  for (auto& a : attrs) n.m(5, a);
-  return n;
+  return test::onnx_node(op, in, out, name, attrs);
 }
 
 Pb tensor_int64(const std::string& name, const std::vector<int64_t>& dims, const std::vector<int64_t>& vals) {

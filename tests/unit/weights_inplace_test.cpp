@@ -36,14 +36,10 @@ Pb value_info(const std::string& name, int elem, const std::vector<int64_t>& dim
 
 Pb attr_int(const std::string& name, int64_t v) { return Pb().s(1, name).u(3, uint64_t(v)).u(20, 2); }
 
+// A node named after its first output.
 Pb node(const std::string& op, const std::vector<std::string>& in, const std::vector<std::string>& out,
         const std::vector<Pb>& attrs = {}) {
-  Pb n;
-  for (auto& i : in) n.s(1, i);
-  for (auto& o : out) n.s(2, o);
-  n.s(3, out[0] + "_node").s(4, op);
-  for (auto& a : attrs) n.m(5, a);
-  return n;
+  return test::onnx_node(op, in, out, out[0] + "_node", attrs);
 }
 
 // Distinct values (no two rows alike), so a wrong row or a shifted read shows.
