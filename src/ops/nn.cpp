@@ -6,6 +6,7 @@
 #include "kernels/gemm.hpp"
 #include "kernels/eltwise.hpp"
 #include "kernels/pool.hpp"
+#include "kernels/winograd.hpp"
 #include "runtime/thread_pool.hpp"
 
 #include <algorithm>
@@ -479,11 +480,16 @@ class ConvKernel final : public OpKernel {
     if (!w || w->dtype() != DType::Float || (w->rank() != 3 && w->rank() != 4) || w->numel() == 0) return;
     kernels::Conv2dShape s = weight_shape(w->shape());
     if (s.M % group_ != 0 || s.is_depthwise()) return;
-    packed_ = kernels::pack_conv_weights(kernels::gemm_arch_best(), s, w->data<float>());
     packed_shape_ = w->shape();
     packed_src_ = w->raw();
+    // 3x3 stride-1 convs: Winograd weights instead of im2col ones (kernels/winograd.hpp)
+    if (int tile = unit_steps() && w->rank() == 4 ? kernels::winograd_choose_tile(s) : 0) {
+      wino_ = kernels::winograd_pack_weights(kernels::gemm_arch_best(), s, w->data<float>(), tile);
+      return;
+    }
+    packed_ = kernels::pack_conv_weights(kernels::gemm_arch_best(), s, w->data<float>());
   }
-  size_t packed_bytes() const override { return packed_.bytes(); }
+  size_t packed_bytes() const override { return packed_.bytes() + wino_.bytes(); }
   bool replaces_constant(int input) const override { return input == 1 && packed_bytes() > 0; }
   size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
     if (in.size() < 2 || (in[1].size() != 3 && in[1].size() != 4)) return 0;
@@ -493,6 +499,10 @@ class ConvKernel final : public OpKernel {
     s.OH = 1;
     s.OW = int64_t(1) << 40;
     const kernels::GemmArch& g = kernels::gemm_arch_best();
+    // (A W fed at run time over transformed weights takes the im2col path; its workspace then
+    // comes from the heap, as for a W fed over packed weights.)
+    if (wino_.tile && in[1] == packed_shape_)
+      return size_t(kernels::winograd_workspace_floats(g, s, wino_.tile, threads)) * sizeof(float) + 128;
     return size_t(kernels::conv2d_workspace_floats(g, s, in[1] == packed_shape_, threads)) * sizeof(float) + 128;
   }
 
@@ -568,6 +578,14 @@ class ConvKernel final : public OpKernel {
       // also a graph input can be overridden by a feed.
       const bool use_packed = !packed_.groups.empty() && W.shape() == packed_shape_ && (W.raw() == packed_src_ || W.raw() == nullptr);
       const int threads = ctx.pool() ? ctx.pool()->threads() : 1;
+      if (wino_.tile && W.shape() == packed_shape_ && (W.raw() == packed_src_ || W.raw() == nullptr) &&
+          kernels::winograd_applicable(s)) {
+        float* work = static_cast<float*>(
+            ctx.workspace(size_t(kernels::winograd_workspace_floats(arch, s, wino_.tile, threads)) * sizeof(float) + 128));
+        kernels::conv2d_winograd(arch, s, xf.data<float>(), wino_, bias, res, act_, y, ctx.pool(), work);
+        if (!f32) ctx.set_output(0, Value(fromf(yf, X.dtype())));
+        return;
+      }
       size_t ws = size_t(kernels::conv2d_workspace_floats(arch, s, use_packed, threads)) * sizeof(float) + 128;
       float* work = s.is_depthwise() ? nullptr : static_cast<float*>(ctx.workspace(ws));
       kernels::conv2d(arch, s, xf.data<float>(), wf.data<float>(), use_packed ? &packed_ : nullptr, bias, res, act_, y,
@@ -591,7 +609,14 @@ class ConvKernel final : public OpKernel {
   int64_t group_;
   kernels::Activation act_;
   bool fused_;
+  // Strides and dilations all 1 (attributes absent or 1): Winograd may apply.
+  bool unit_steps() const {
+    auto ones = [](const std::vector<int64_t>& v) { return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; }); };
+    return ones(a_.strides) && ones(a_.dilations);
+  }
+
   kernels::PackedConvWeights packed_;
+  kernels::WinogradWeights wino_;  // 3x3 stride-1 convs (then packed_ is empty)
   Shape packed_shape_;
   const void* packed_src_ = nullptr;  // the constant tensor's data the packed copy was made from
 };
@@ -1225,6 +1250,28 @@ void gemm_reference(KernelContext& ctx, float alpha, float beta, bool ta, bool t
   }
 }
 
+// The constant B operand of MatMul / Gemm, packed once at load for the GEMM. The packed copy is
+// used only for the very tensor it was made from: an initializer that is also a graph input can
+// be overridden by a feed (once the packed copy replaces the constant, the original's data is null).
+struct PackedRhs {
+  kernels::PackedMatrix m;
+  Shape shape;
+  const void* src = nullptr;  // the constant tensor's data the packed copy was made from
+
+  // Packs input 1 when it is a non-empty 2-D float constant; tb: it is stored [N, K].
+  void pack(const PrepareContext& pc, bool tb) {
+    const Tensor* b = pc.constant.size() > 1 ? pc.constant[1] : nullptr;
+    if (!b || b->dtype() != DType::Float || b->rank() != 2 || b->numel() == 0) return;
+    int64_t K = tb ? b->dim(1) : b->dim(0), N = tb ? b->dim(0) : b->dim(1);
+    m = kernels::pack_b_matrix(kernels::gemm_arch_best(), K, N, b->data<float>(), b->dim(1), tb);
+    shape = b->shape();
+    src = b->raw();
+  }
+  bool serves(const Tensor& B) const {
+    return !m.data.empty() && B.shape() == shape && (B.raw() == src || B.raw() == nullptr);
+  }
+};
+
 // MatMul and basalt::FusedMatMul share one kernel class. FusedMatMul (domain "basalt", opset 1)
 // is emitted by the optimizer; its semantics:
 //   inputs  A, B, bias (optional, 1-D of length N, added to every row)
@@ -1266,21 +1313,14 @@ class MatMulKernel final : public OpKernel {
   MatMulKernel(bool fused, bool ta, bool tb, float alpha, kernels::Activation act)
       : fused_(fused), ta_(ta), tb_(tb), alpha_(alpha), act_(act) {}
 
-  void prepare(const PrepareContext& pc) override {
-    const Tensor* b = pc.constant.size() > 1 ? pc.constant[1] : nullptr;
-    if (!b || b->dtype() != DType::Float || b->rank() != 2 || b->numel() == 0) return;
-    int64_t K = tb_ ? b->dim(1) : b->dim(0), N = tb_ ? b->dim(0) : b->dim(1);
-    packed_ = kernels::pack_b_matrix(kernels::gemm_arch_best(), K, N, b->data<float>(), b->dim(1), tb_);
-    packed_shape_ = b->shape();
-    packed_src_ = b->raw();
-  }
-  size_t packed_bytes() const override { return packed_.bytes(); }
+  void prepare(const PrepareContext& pc) override { packed_.pack(pc, tb_); }
+  size_t packed_bytes() const override { return packed_.m.bytes(); }
   bool replaces_constant(int input) const override { return input == 1 && packed_bytes() > 0; }
   size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
     if (in.size() < 2) return 0;
     MatMulDims d = matmul_dims(in[0], in[1], ta_, tb_);
     if (!d.ok) return 0;
-    return plan(d, in[1] == packed_shape_, threads).bytes;
+    return plan(d, in[1] == packed_.shape, threads).bytes;
   }
 
   void compute(KernelContext& ctx) const override {
@@ -1314,7 +1354,7 @@ class MatMulKernel final : public OpKernel {
     Tensor ylocal;
     if (!f32) ylocal = Tensor::uninit(DType::Float, ys);
     Tensor& yt = f32 ? ctx.output_uninit(0, DType::Float, ys) : ylocal;
-    const bool use_packed = !packed_.data.empty() && B.shape() == packed_shape_ && (B.raw() == packed_src_ || B.raw() == nullptr);
+    const bool use_packed = packed_.serves(B);
     Plan p = plan(d, use_packed, ctx.threads());
     float* work = p.bytes ? static_cast<float*>(ctx.workspace(p.bytes)) : nullptr;
 
@@ -1334,7 +1374,7 @@ class MatMulKernel final : public OpKernel {
       opa.ld = tA ? M : K;
       opa.trans = tA;
       if (use_packed) {
-        opb.packed = packed_.data.data();
+        opb.packed = packed_.m.data.data();
       } else {
         opb.data = bi;
         opb.ld = tB ? K : N;
@@ -1390,9 +1430,7 @@ class MatMulKernel final : public OpKernel {
   bool fused_, ta_, tb_;
   float alpha_;
   kernels::Activation act_;
-  kernels::PackedMatrix packed_;
-  Shape packed_shape_;
-  const void* packed_src_ = nullptr;  // the constant tensor's data the packed copy was made from
+  PackedRhs packed_;
 };
 
 // Gemm: float32 on the packed GEMM with C folded into the epilogue (scaled by beta); other
@@ -1401,20 +1439,13 @@ class GemmKernel final : public OpKernel {
  public:
   GemmKernel(float alpha, float beta, bool ta, bool tb) : alpha_(alpha), beta_(beta), ta_(ta), tb_(tb) {}
 
-  void prepare(const PrepareContext& pc) override {
-    const Tensor* b = pc.constant.size() > 1 ? pc.constant[1] : nullptr;
-    if (!b || b->dtype() != DType::Float || b->rank() != 2 || b->numel() == 0) return;
-    int64_t K = tb_ ? b->dim(1) : b->dim(0), N = tb_ ? b->dim(0) : b->dim(1);
-    packed_ = kernels::pack_b_matrix(kernels::gemm_arch_best(), K, N, b->data<float>(), b->dim(1), tb_);
-    packed_shape_ = b->shape();
-    packed_src_ = b->raw();
-  }
-  size_t packed_bytes() const override { return packed_.bytes(); }
+  void prepare(const PrepareContext& pc) override { packed_.pack(pc, tb_); }
+  size_t packed_bytes() const override { return packed_.m.bytes(); }
   bool replaces_constant(int input) const override { return input == 1 && packed_bytes() > 0; }
   size_t workspace_bytes(std::span<const Shape> in, int) const override {
     if (in.size() < 2 || in[0].size() != 2 || in[1].size() != 2) return 0;
     int64_t M = ta_ ? in[0][1] : in[0][0], K = ta_ ? in[0][0] : in[0][1], N = tb_ ? in[1][0] : in[1][1];
-    return ws_bytes(M, N, K, in[1] == packed_shape_);
+    return ws_bytes(M, N, K, in[1] == packed_.shape);
   }
 
   void compute(KernelContext& ctx) const override {
@@ -1473,7 +1504,7 @@ class GemmKernel final : public OpKernel {
       }
     }
     Tensor& Y = ctx.output_uninit(0, DType::Float, {M, N});
-    const bool use_packed = !packed_.data.empty() && B.shape() == packed_shape_ && (B.raw() == packed_src_ || B.raw() == nullptr);
+    const bool use_packed = packed_.serves(B);
     size_t bytes = ws_bytes(M, N, K, use_packed);
     float* work = static_cast<float*>(ctx.workspace(bytes));
     kernels::GemmOperand opa, opb;
@@ -1481,7 +1512,7 @@ class GemmKernel final : public OpKernel {
     opa.ld = A.dim(1);
     opa.trans = ta_;
     if (use_packed) {
-      opb.packed = packed_.data.data();
+      opb.packed = packed_.m.data.data();
     } else {
       opb.data = B.data<float>();
       opb.ld = B.dim(1);
@@ -1496,9 +1527,7 @@ class GemmKernel final : public OpKernel {
   }
   float alpha_, beta_;
   bool ta_, tb_;
-  kernels::PackedMatrix packed_;
-  Shape packed_shape_;
-  const void* packed_src_ = nullptr;  // the constant tensor's data the packed copy was made from
+  PackedRhs packed_;
 };
 
 void register_matmul(OpRegistry& r) {

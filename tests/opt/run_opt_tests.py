@@ -5,7 +5,8 @@ usage: run_opt_tests.py BASALT [--models DIR] [--keep DIR]
 
 For each model present (models missing on this machine are listed as skipped):
   * `basalt optimize MODEL --level all --json --check -o OUT.onnx`: the optimized model, saved and
-    loaded back by basalt, gives outputs within rel. L2 1e-5 of the unoptimized model;
+    loaded back by basalt, gives outputs within rel. L2 1e-5 of the unoptimized model (1e-4 for
+    PaddleOCR det, see MODELS);
   * expected fusions: ResNet-50 has every Conv+BatchNormalization folded and every
     Conv(+BN)+Relu and residual Sum(+Relu) in a FusedConv (no BatchNormalization, Relu or Sum
     left); MobileNetV2 has its Conv+Clip and residual Adds fused;
@@ -33,7 +34,12 @@ TOL = 1e-5
 MODELS = [
     ("resnet50", "generated/light_resnet50.onnx", [], True),
     ("mobilenet_v2", "generated/mobilenet_v2.onnx", [], False),
-    ("ppocr_v4_det", "ppocr_v4_det.onnx", ["--shape", "x=1x3x320x320", "--fill", "x=uniform:-1,1"], False),
+    # det's output is a sigmoid map that sits near 0 on random input, so its relative error is
+    # amplified: optimized and unoptimized graphs fold different weights into convs that both run
+    # F(4x4) Winograd (rounding ~2e-6 of sum |w*x| per conv), which puts them 2e-5 apart (4e-6
+    # with BASALT_WINOGRAD=0 or 2). Checked at 1e-4; parity against ORT holds it to 1e-3.
+    ("ppocr_v4_det", "ppocr_v4_det.onnx", ["--shape", "x=1x3x320x320", "--fill", "x=uniform:-1,1", "--tol", "1e-4"],
+     False),
     ("ppocr_v4_rec", "ppocr_v4_rec.onnx", ["--shape", "x=1x3x48x320", "--fill", "x=uniform:-1,1"], False),
     ("bert_mini", "generated/bert_mini.onnx",
      ["--dim", "batch=1", "--dim", "sequence=16", "--fill", "input_ids=int:0,100",

@@ -432,8 +432,12 @@ def test_plan_memory_without_running_and_limit():
     assert p["arena_bytes"] > 0 and p["peak_bytes"] >= p["arena_bytes"] + p["inputs_bytes"]
     assert p["inputs_bytes"] == 3 * 320 * 320 * 4
     assert s.memory_stats()["plan_cache_entries"] >= 1
+    # A limit between what a 64x64 and a 320x320 input need: the large run is refused before
+    # allocating, the small one still runs on the same session.
+    p_small = s.plan_memory({"x": [1, 3, 64, 64]})
+    assert p_small["peak_bytes"] < p["peak_bytes"]
     o = basalt.SessionOptions()
-    o.memory_limit = p["peak_bytes"] // 2
+    o.memory_limit = (p_small["peak_bytes"] + p["peak_bytes"]) // 2
     small = basalt.InferenceSession(str(DET), o)
     assert small.plan_memory({"x": [1, 3, 320, 320]})["peak_bytes"] > o.memory_limit  # planning never fails on the limit
     with pytest.raises(basalt.MemoryLimitError, match="more than the memory limit"):

@@ -1,0 +1,235 @@
+// Winograd convolution driver, weight transform and the portable transforms (see winograd.hpp).
+#include "kernels/winograd.hpp"
+
+#include "runtime/thread_pool.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace basalt::kernels {
+
+#define WINO_INPUT_NAME winograd_input_portable
+#define WINO_OUTPUT_NAME winograd_output_portable
+#include "kernels/winograd_impl.inc"
+#undef WINO_INPUT_NAME
+#undef WINO_OUTPUT_NAME
+
+namespace {
+
+// Below these channel counts the per-tile transforms cost about as much as the products save.
+constexpr int64_t kMinChannels = 16;
+// Most concurrent jobs (one workspace slot each); a bigger pool runs the conv inline.
+constexpr int kMaxSlots = 64;
+
+// BASALT_WINOGRAD: -1 = not set.
+int env_tile() {
+  static const int v = [] {
+    const char* e = std::getenv("BASALT_WINOGRAD");
+    if (!e || !*e) return -1;
+    return std::atoi(e);
+  }();
+  return v;
+}
+
+// G of F(4x4, 3x3) and F(2x2, 3x3) (Lavin & Gray 2016), rows = transform positions.
+constexpr double kG4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                              {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+constexpr double kG2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+
+// Output channels per pass of the output transform: bounds the product buffer (alpha² x rows x
+// block tiles) whatever M is.
+int64_t msub_rows(const GemmArch& g, int64_t M) {
+  return std::min(round_up(M, g.mr), std::max<int64_t>(g.mr, 128 / g.mr * g.mr));
+}
+
+float* align64(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
+
+// Floats of one job's workspace slot: V, the products and the transform scratch (+ alignment).
+int64_t slot_floats(const GemmArch& g, const Conv2dShape& s, int tile) {
+  const int64_t A = tile + 2, T = winograd_block_tiles(g);
+  return A * A * s.C * T + A * A * msub_rows(g, s.M) * T + winograd_scratch_floats(tile, g.nr) + 3 * 16;
+}
+
+int slot_count(int threads) { return threads > kMaxSlots ? 1 : std::max(threads, 1); }
+
+// One workspace slot per concurrently running job: parallel_for runs at most threads() chunks at
+// once, so one of `threads` slots is always free.
+class SlotSet {
+ public:
+  int acquire() {
+    for (;;) {
+      uint64_t cur = used_.load(std::memory_order_relaxed);
+      for (int i = 0; i < kMaxSlots; ++i)
+        if (!(cur & (uint64_t(1) << i)) &&
+            used_.compare_exchange_weak(cur, cur | (uint64_t(1) << i), std::memory_order_acquire))
+          return i;
+    }
+  }
+  void release(int i) { used_.fetch_and(~(uint64_t(1) << i), std::memory_order_release); }
+
+ private:
+  std::atomic<uint64_t> used_{0};
+};
+
+}  // namespace
+
+bool winograd_applicable(const Conv2dShape& s) {
+  return s.KH == 3 && s.KW == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 && s.G == 1 &&
+         s.C >= kMinChannels && s.M >= kMinChannels;
+}
+
+int winograd_choose_tile(const Conv2dShape& s) {
+  if (!winograd_applicable(s)) return 0;
+  const int e = env_tile();
+  if (e == 0) return 0;
+  if (e == 2 || e == 4) return e;
+  // What pays depends on the tile count (the image size), which is not known at load; channel
+  // counts stand in for it, as CNNs widen where they downsample. Measured at 1 thread against the
+  // im2col conv (Winograd.DISABLED_Timings): F(4x4) is 1.7-2.7x faster from 28x28 outputs on, but
+  // slower than F(2x2) at 13x13-16x16 (it streams 2.25x more transformed weights per tile) and
+  // 0.25-0.5x at 6x6-7x7; F(2x2) is 1.2-1.7x faster at 13x13 and up and 0.8-0.9x at 6x6-7x7.
+  const int64_t cm = s.C * s.M;
+  if (cm <= 128 * 192) return 4;  // ResNet 64/128, DenseNet 128->32, UNet, Inception's 3x3 at 27x27+
+  if (cm <= 256 * 256) return 2;  // ResNet 256 at 14x14, Inception's 13x13 blocks
+  return 0;                       // 512-channel stages (7x7 in ResNet): the im2col conv is faster
+}
+
+int64_t winograd_block_tiles(const GemmArch& g) { return round_up(64, g.nr); }
+
+int64_t winograd_scratch_floats(int tile, int nr) {
+  // the row strides winograd_impl.inc uses: LW for a segment's columns, LT for a block's tiles
+  const int64_t MT = tile, A = tile + 2, LW = MT * nr + 8, LT = round_up(round_up(64, nr), 16) + 16;
+  // input transform: zero row + vertical rows + taps; output: vertical + per-pixel + one row
+  return std::max(LW + A * LW + A * A * LT, (MT * A + MT * MT + MT) * LT) + 16;
+}
+
+WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, const float* w, int tile) {
+  if (tile != 2 && tile != 4) throw std::invalid_argument("winograd_pack_weights: tile must be 2 or 4");
+  WinogradWeights u;
+  u.arch = &g;
+  u.tile = tile;
+  u.M = s.M;
+  u.C = s.C;
+  const int A = tile + 2;
+  const int64_t M = s.M, C = s.C, mf = u.matrix_floats(), mp = (M + g.mr - 1) / g.mr;
+  std::vector<float> plain(static_cast<size_t>(A * A * M * C));  // [ξ][m][c]
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t c = 0; c < C; ++c) {
+      const float* k = w + (m * C + c) * 9;
+      double gg[6][3];  // G g
+      for (int i = 0; i < A; ++i)
+        for (int kw = 0; kw < 3; ++kw) {
+          double acc = 0;
+          for (int kh = 0; kh < 3; ++kh) acc += (tile == 4 ? kG4[i][kh] : kG2[i][kh]) * double(k[kh * 3 + kw]);
+          gg[i][kw] = acc;
+        }
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < A; ++j) {
+          double acc = 0;
+          for (int kw = 0; kw < 3; ++kw) acc += gg[i][kw] * (tile == 4 ? kG4[j][kw] : kG2[j][kw]);
+          plain[static_cast<size_t>(((i * A + j) * M + m) * C + c)] = float(acc);
+        }
+    }
+  u.data.resize(static_cast<size_t>(A * A * mf));
+  for (int xi = 0; xi < A * A; ++xi) pack_a(g, M, C, plain.data() + xi * M * C, C, false, u.data.data() + xi * mf, 0, mp);
+  return u;
+}
+
+int64_t winograd_workspace_floats(const GemmArch& g, const Conv2dShape& s, int tile, int threads) {
+  if (tile != 2 && tile != 4) return 0;
+  return slot_count(threads) * slot_floats(g, s, tile);
+}
+
+void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, const WinogradWeights& u,
+                     const float* bias, const float* residual, const Activation& act, float* y, ThreadPool* pool,
+                     float* workspace) {
+  if (!winograd_applicable(s)) throw std::invalid_argument("conv2d_winograd: not a 3x3 stride-1 ungrouped conv");
+  if (u.arch != &g || u.M != s.M || u.C != s.C || (u.tile != 2 && u.tile != 4))
+    throw std::invalid_argument("conv2d_winograd: weights were transformed for another arch or shape");
+  const int MT = u.tile, A = MT + 2, AA = A * A;
+  const int64_t M = s.M, C = s.C, T = winograd_block_tiles(g);
+  const int64_t tiles = s.N * ((s.OH + MT - 1) / MT) * ((s.OW + MT - 1) / MT), nblocks = (tiles + T - 1) / T;
+  if (tiles == 0) return;  // an empty output
+  int threads = pool ? pool->threads() : 1;
+  if (threads > kMaxSlots) {  // more jobs at once than slots: run inline (the workspace has one slot)
+    pool = nullptr;
+    threads = 1;
+  }
+  const int64_t mp = (M + g.mr - 1) / g.mr, msub = msub_rows(g, M), mf = u.matrix_floats();
+  const int64_t vstride = C * T, ostride = msub * T, slot = slot_floats(g, s, MT);
+  auto input = g.isa == Isa::Avx512 ? winograd_input_avx512 : g.isa == Isa::Avx2 ? winograd_input_avx2 : winograd_input_portable;
+  auto output =
+      g.isa == Isa::Avx512 ? winograd_output_avx512 : g.isa == Isa::Avx2 ? winograd_output_avx2 : winograd_output_portable;
+  auto block = [&](int64_t blk) { return WinogradBlock{&s, MT, blk * T, std::min(T, tiles - blk * T), g.nr, 0, C}; };
+  // Slot sl's areas: V, the products, the transform scratch.
+  auto v_of = [&](int sl) { return align64(workspace + sl * slot); };
+  auto o_of = [&](int sl) { return align64(v_of(sl) + AA * vstride); };
+  auto scratch_of = [&](int sl) { return align64(o_of(sl) + AA * ostride); };
+  // Products and output transform of output channels [ma, mb) of a block whose V is at v.
+  auto products = [&](const WinogradBlock& b, const float* v, int64_t ma, int64_t mb, int sl) {
+    float* o = o_of(sl);
+    for (int64_t m0 = ma; m0 < mb; m0 += msub) {
+      const int64_t m1 = std::min(mb, m0 + msub);
+      for (int xi = 0; xi < AA; ++xi) {
+        GemmOperand pa, pb;
+        pa.packed = u.data.data() + xi * mf + m0 * C;  // m0 is a whole number of mr-row panels
+        pb.packed = v + xi * vstride;
+        sgemm(g, m1 - m0, b.nt, C, pa, pb, o + xi * ostride, T, Epilogue{}, nullptr, nullptr);
+      }
+      output(b, o, ostride, T, m0, m1, bias, residual, act, y, scratch_of(sl));
+    }
+  };
+  SlotSet slots;
+  auto with_slot = [&](auto&& fn) {
+    const int sl = slots.acquire();
+    try {
+      fn(sl);
+    } catch (...) {
+      slots.release(sl);
+      throw;
+    }
+    slots.release(sl);
+  };
+  if (threads > 1 && nblocks <= threads) {
+    // Few blocks: block b's V lives in slot b. First every block's input transform, split by
+    // input channels; then its products and output transform, split by output channels (a
+    // job's products and scratch in a slot of its own).
+    const int64_t cparts = std::min(C, (2 * threads + nblocks - 1) / nblocks);
+    parallel_for(pool, nblocks * cparts, 1, [&](int64_t j0, int64_t j1) {
+      with_slot([&](int sl) {
+        for (int64_t j = j0; j < j1; ++j) {
+          WinogradBlock b = block(j / cparts);
+          const int64_t part = j % cparts;
+          b.c0 = C * part / cparts;
+          b.c1 = C * (part + 1) / cparts;
+          input(b, x, v_of(int(j / cparts)), vstride, scratch_of(sl));
+        }
+      });
+    });
+    const int64_t mparts = std::min(mp, (2 * threads + nblocks - 1) / nblocks);
+    parallel_for(pool, nblocks * mparts, 1, [&](int64_t j0, int64_t j1) {
+      with_slot([&](int sl) {
+        for (int64_t j = j0; j < j1; ++j) {
+          const int64_t blk = j / mparts, part = j % mparts;
+          const int64_t ma = mp * part / mparts * g.mr, mb = std::min(M, mp * (part + 1) / mparts * g.mr);
+          products(block(blk), v_of(int(blk)), ma, mb, sl);
+        }
+      });
+    });
+    return;
+  }
+  parallel_for(pool, nblocks, 1, [&](int64_t j0, int64_t j1) {
+    with_slot([&](int sl) {
+      for (int64_t j = j0; j < j1; ++j) {
+        const WinogradBlock b = block(j);
+        input(b, x, v_of(sl), vstride, scratch_of(sl));
+        products(b, v_of(sl), 0, M, sl);
+      }
+    });
+  });
+}
+
+}  // namespace basalt::kernels

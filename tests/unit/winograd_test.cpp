@@ -1,0 +1,322 @@
+// Differential tests of the Winograd convolution (src/kernels/winograd.hpp) against the direct
+// reference conv (kernels::conv2d_reference): F(2x2, 3x3) and F(4x4, 3x3), every ISA this CPU
+// has, odd image sizes (partial tiles on the right and bottom), padding 0/1/2 and asymmetric,
+// channel counts off the vector width, several images, bias / residual / activations, and 1, 2
+// and 3 threads. The tolerance is relative to sum |w*x| behind each output.
+#include "op_tester.hpp"
+
+#include "kernels/winograd.hpp"
+#include "runtime/thread_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace basalt;
+using namespace basalt::test;
+namespace k = basalt::kernels;
+
+namespace {
+
+std::vector<float> rnd(int64_t n, std::mt19937& rng) {
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<k::Isa> isas() {
+  std::vector<k::Isa> v = {k::Isa::Portable};
+  if (k::best_isa() >= k::Isa::Avx2) v.push_back(k::Isa::Avx2);
+  if (k::best_isa() >= k::Isa::Avx512) v.push_back(k::Isa::Avx512);
+  return v;
+}
+
+struct Case {
+  int64_t N, C, H, W, M, pt, pl, pb, pr;
+};
+
+k::Conv2dShape shape_of(const Case& c) {
+  k::Conv2dShape s;
+  s.N = c.N;
+  s.C = c.C;
+  s.H = c.H;
+  s.W = c.W;
+  s.M = c.M;
+  s.KH = s.KW = 3;
+  s.pt = c.pt;
+  s.pl = c.pl;
+  s.OH = c.H + c.pt + c.pb - 2;
+  s.OW = c.W + c.pl + c.pr - 2;
+  return s;
+}
+
+k::Activation act_of(int i) {
+  k::Activation a;
+  switch (i % 4) {
+    case 0: break;
+    case 1: a.kind = k::ActKind::Relu; break;
+    case 2: a.kind = k::ActKind::Clip; a.a = -0.5f; a.b = 0.75f; break;
+    default: a.kind = k::ActKind::Sigmoid; break;
+  }
+  return a;
+}
+
+// Largest |got - want| / (sum |w*x| + 1) over the output, and the first element not finite.
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& absum) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!std::isfinite(got[i])) return INFINITY;
+    worst = std::max(worst, std::fabs(double(got[i]) - double(want[i])) / (double(absum[i]) + 1.0));
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST(Winograd, Applicability) {
+  k::Conv2dShape s = shape_of({1, 16, 8, 8, 16, 1, 1, 1, 1});
+  EXPECT_TRUE(k::winograd_applicable(s));
+  k::Conv2dShape t = s;
+  t.sh = 2;
+  EXPECT_FALSE(k::winograd_applicable(t));
+  t = s;
+  t.dw = 2;
+  EXPECT_FALSE(k::winograd_applicable(t));
+  t = s;
+  t.G = 2;
+  EXPECT_FALSE(k::winograd_applicable(t));
+  t = s;
+  t.KH = 5;
+  EXPECT_FALSE(k::winograd_applicable(t));
+  t = s;
+  t.C = 8;
+  EXPECT_FALSE(k::winograd_applicable(t));
+  t = s;
+  t.M = 15;
+  EXPECT_FALSE(k::winograd_applicable(t));
+  EXPECT_EQ(k::winograd_choose_tile(t), 0);
+  // the workspace does not grow with the image
+  k::Conv2dShape big = s;
+  big.H = big.W = big.OH = big.OW = 1000;
+  big.N = 4;
+  const k::GemmArch& g = k::gemm_arch_best();
+  EXPECT_EQ(k::winograd_workspace_floats(g, s, 4, 2), k::winograd_workspace_floats(g, big, 4, 2));
+  EXPECT_GT(k::winograd_workspace_floats(g, s, 4, 2), k::winograd_workspace_floats(g, s, 4, 1));
+}
+
+TEST(Winograd, MatchesReferenceOnOddShapes) {
+  const std::vector<Case> cases = {
+      {1, 16, 8, 8, 16, 1, 1, 1, 1},      // exact tiles (F4: 2x2 tiles)
+      {1, 17, 9, 11, 19, 1, 1, 1, 1},     // partial tiles right and bottom, C/M off the vector width
+      {2, 16, 13, 7, 33, 0, 0, 0, 0},     // no padding, N = 2, tiles spanning images in one block
+      {1, 20, 5, 70, 18, 1, 1, 1, 1},     // wide rows: segments split at B panels
+      {1, 16, 3, 3, 16, 1, 1, 1, 1},      // output of a single (partial) tile
+      {1, 24, 1, 9, 20, 1, 1, 1, 1},      // one input row
+      {1, 16, 10, 12, 21, 2, 0, 1, 2},    // asymmetric padding, 2 on one side
+      {1, 35, 30, 30, 150, 1, 1, 1, 1},   // M beyond one output-channel pass (128 rows)
+      {3, 16, 17, 17, 16, 1, 1, 1, 1},    // several blocks of 64 tiles
+      {1, 64, 18, 18, 70, 1, 1, 1, 1},    // K = C = 64
+  };
+  std::mt19937 rng(5);
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  pools.push_back(nullptr);
+  pools.push_back(std::make_unique<ThreadPool>(2, 0));
+  pools.push_back(std::make_unique<ThreadPool>(3, 0));
+  int idx = 0;
+  for (const Case& c : cases) {
+    const k::Conv2dShape s = shape_of(c);
+    ASSERT_TRUE(k::winograd_applicable(s));
+    auto x = rnd(s.N * s.C * s.H * s.W, rng), w = rnd(s.M * s.C * 9, rng), b = rnd(s.M, rng);
+    const int64_t ysz = s.N * s.M * s.OH * s.OW;
+    auto res = rnd(ysz, rng);
+    const k::Activation act = act_of(idx);
+    const float* bias = idx % 2 ? b.data() : nullptr;
+    const float* resid = idx % 3 == 1 ? res.data() : nullptr;
+    std::vector<float> want(static_cast<size_t>(ysz)), absum(static_cast<size_t>(ysz));
+    k::conv2d_reference(s, x.data(), w.data(), bias, resid, act, want.data());
+    {
+      std::vector<float> xa(x.size()), wa(w.size());
+      for (size_t i = 0; i < x.size(); ++i) xa[i] = std::fabs(x[i]);
+      for (size_t i = 0; i < w.size(); ++i) wa[i] = std::fabs(w[i]);
+      k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
+    }
+    for (int tile : {2, 4}) {
+      // F(4x4, 3x3) rounds more (constants up to 8 and 1/24; measured up to 2.4e-6), F(2x2, 3x3)
+      // like a direct conv (measured up to 1.3e-7)
+      const double tol = tile == 4 ? 1e-5 : 1e-6;
+      for (k::Isa isa : isas()) {
+        const k::GemmArch& g = k::gemm_arch(isa);
+        const k::WinogradWeights u = k::winograd_pack_weights(g, s, w.data(), tile);
+        EXPECT_GT(u.bytes(), 0u);
+        for (auto& pool : pools) {
+          const int threads = pool ? pool->threads() : 1;
+          // sentinels past the declared workspace catch writes beyond it
+          const size_t wsz = static_cast<size_t>(k::winograd_workspace_floats(g, s, tile, threads));
+          std::vector<float> ws(wsz + 64, 12345.f);
+          std::vector<float> got(static_cast<size_t>(ysz), std::nanf(""));
+          k::conv2d_winograd(g, s, x.data(), u, bias, resid, act, got.data(), pool.get(), ws.data());
+          EXPECT_TRUE(std::all_of(ws.begin() + long(wsz), ws.end(), [](float f) { return f == 12345.f; }))
+              << "case " << idx << ": wrote past the workspace";
+          const double err = max_rel_error(got, want, absum);
+          EXPECT_LE(err, tol) << "case " << idx << " F(" << tile << "x" << tile << ",3x3) isa " << k::isa_name(isa)
+                              << " threads " << threads;
+        }
+      }
+    }
+    ++idx;
+  }
+}
+
+TEST(Winograd, RejectsMismatchedWeights) {
+  const k::Conv2dShape s = shape_of({1, 16, 8, 8, 16, 1, 1, 1, 1});
+  std::vector<float> w(static_cast<size_t>(16 * 16 * 9), 0.5f), x(static_cast<size_t>(16 * 64), 1.f), y(16 * 64);
+  const k::GemmArch& g = k::gemm_arch(k::Isa::Portable);
+  const k::WinogradWeights u = k::winograd_pack_weights(g, s, w.data(), 2);
+  k::Conv2dShape other = s;
+  other.M = 32;
+  std::vector<float> ws(static_cast<size_t>(k::winograd_workspace_floats(g, other, 2, 1)));
+  EXPECT_THROW(k::conv2d_winograd(g, other, x.data(), u, nullptr, nullptr, k::Activation{}, y.data(), nullptr, ws.data()),
+               std::invalid_argument);
+  EXPECT_THROW(k::winograd_pack_weights(g, s, w.data(), 3), std::invalid_argument);
+}
+
+// The Conv / FusedConv kernels: weights given as constants at prepare take the Winograd path
+// (3x3, stride 1, 16+ channels) and match the reference; a W fed at run time with the same shape
+// but other data is not mistaken for the transformed one.
+TEST(Winograd, ConvKernelUsesTransformedWeights) {
+  std::mt19937 rng(9);
+  const k::Conv2dShape s = shape_of({2, 18, 11, 13, 20, 1, 1, 1, 1});
+  auto xv = rnd(s.N * s.C * s.H * s.W, rng), wv = rnd(s.M * s.C * 9, rng), w2v = rnd(s.M * s.C * 9, rng),
+       bv = rnd(s.M, rng), zv = rnd(s.N * s.M * s.OH * s.OW, rng);
+  auto tensor = [](const Shape& shape, const std::vector<float>& v) {
+    Tensor t(DType::Float, shape);
+    std::copy(v.begin(), v.end(), t.data<float>());
+    return t;
+  };
+  Tensor x = tensor({s.N, s.C, s.H, s.W}, xv), w = tensor({s.M, s.C, 3, 3}, wv), w2 = tensor({s.M, s.C, 3, 3}, w2v),
+         b = tensor({s.M}, bv), z = tensor({s.N, s.M, s.OH, s.OW}, zv);
+  k::Activation relu;
+  relu.kind = k::ActKind::Relu;
+  std::vector<float> absum(zv.size());
+  {
+    std::vector<float> xa(xv.size()), wa(wv.size());
+    for (size_t i = 0; i < xv.size(); ++i) xa[i] = std::fabs(xv[i]);
+    for (size_t i = 0; i < wv.size(); ++i) wa[i] = std::max(std::fabs(wv[i]), std::fabs(w2v[i]));
+    k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
+  }
+  for (int threads : {1, 2, 3})
+    for (int fused = 0; fused < 2; ++fused)
+      for (int fed = 0; fed < 2; ++fed) {
+        Node n;
+        n.name = "t";
+        n.op_type = fused ? "FusedConv" : "Conv";
+        n.domain = fused ? "basalt" : "";
+        n.opset = fused ? 1 : 11;
+        n.attrs = {attr("pads", Ints{1, 1, 1, 1})};
+        if (fused) n.attrs.push_back(attr("activation", "Relu"));
+        std::vector<Value> ins = {Value(x), Value(w), Value(b)};
+        if (fused) ins.push_back(Value(z));
+        for (size_t i = 0; i < ins.size(); ++i) n.inputs.push_back(int(i));
+        n.outputs.push_back(100);
+        const KernelFactory* f = OpRegistry::instance().find(n.domain, n.op_type, n.opset);
+        ASSERT_NE(f, nullptr);
+        n.kernel = (*f)(n);
+        std::vector<const Tensor*> consts = {nullptr, &ins[1].tensor, &ins[2].tensor, nullptr};
+        consts.resize(ins.size());
+        n.kernel->prepare(PrepareContext{n, consts, threads});
+        // the transformed weights replace W (BASALT_WINOGRAD=0 turns them off)
+        if (k::winograd_choose_tile(s) != 0) {
+          EXPECT_GE(n.kernel->packed_bytes(), size_t(16 * s.M * s.C) * sizeof(float));
+          EXPECT_TRUE(n.kernel->replaces_constant(1));
+        }
+        if (fed) ins[1] = Value(w2);  // another W of the same shape, fed at run time
+        std::vector<const Value*> in_ptrs;
+        for (auto& v : ins) in_ptrs.push_back(&v);
+        std::vector<Value> outs(1);
+        ThreadPool pool(threads, 0);
+        RunContext rc;
+        rc.threads = threads;
+        rc.pool = &pool;
+        KernelContext ctx(n, in_ptrs, outs, {}, rc);
+        n.kernel->compute(ctx);
+        std::vector<float> want(zv.size());
+        k::conv2d_reference(s, xv.data(), fed ? w2v.data() : wv.data(), bv.data(), fused ? zv.data() : nullptr,
+                            fused ? relu : k::Activation{}, want.data());
+        const Tensor& y = outs[0].tensor;
+        ASSERT_EQ(y.numel(), int64_t(want.size()));
+        std::vector<float> got(y.data<float>(), y.data<float>() + y.numel());
+        EXPECT_LE(max_rel_error(got, want, absum), 1e-5)
+            << n.op_type << " threads " << threads << (fed ? " with a fed W" : "");
+      }
+}
+
+// Timings against the im2col conv (kernels::conv2d with packed weights), 1 thread by default:
+// build/basalt_tests --gtest_filter=Winograd.DISABLED_Timings --gtest_also_run_disabled_tests
+TEST(Winograd, DISABLED_Timings) {
+  struct B {
+    int64_t C, HW, M;
+  };
+  const std::vector<B> shapes = {{64, 56, 64}, {128, 28, 128}, {256, 14, 256}, {512, 7, 512}, {32, 128, 32},
+                                 {16, 256, 16}, {64, 64, 64},  {128, 32, 128},  {256, 16, 256}, {32, 256, 32},
+                                 {128, 7, 32},  {128, 14, 32},  {128, 28, 32},   {128, 56, 32},  {96, 13, 208},
+                                 {128, 13, 256}, {160, 6, 320}, {192, 6, 384},  {144, 13, 288}, {64, 55, 192},
+                                 {512, 14, 512}, {512, 28, 512}};
+  std::mt19937 rng(1);
+  const k::GemmArch& g = k::gemm_arch_best();
+  // BASALT_WINOGRAD_BENCH_THREADS=N: a pool of N threads instead of 1
+  const char* te = std::getenv("BASALT_WINOGRAD_BENCH_THREADS");
+  const int threads = te ? std::max(1, std::atoi(te)) : 1;
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+  // BASALT_WINOGRAD_BENCH=C,HW,M times that one shape (for profiling)
+  std::vector<B> chosen = shapes;
+  if (const char* e = std::getenv("BASALT_WINOGRAD_BENCH")) {
+    long long c = 0, hw = 0, m = 0;
+    if (std::sscanf(e, "%lld,%lld,%lld", &c, &hw, &m) == 3) chosen = {{c, hw, m}};
+  }
+  for (const B& b : chosen) {
+    const k::Conv2dShape s = shape_of({1, b.C, b.HW, b.HW, b.M, 1, 1, 1, 1});
+    auto x = rnd(s.C * s.H * s.W, rng), w = rnd(s.M * s.C * 9, rng);
+    std::vector<float> y(static_cast<size_t>(s.M * s.OH * s.OW));
+    const int reps = std::getenv("BASALT_WINOGRAD_BENCH") ? 200 : 5;
+    // BASALT_WINOGRAD_BENCH_FLUSH=1: evict the caches before each run (weights come from memory
+    // or L3, as inside a model)
+    static std::vector<float> flush(std::getenv("BASALT_WINOGRAD_BENCH_FLUSH") ? size_t(16) << 20 : 0);
+    auto time_ms = [&](auto&& fn) {
+      fn();
+      double best = 1e30;
+      for (int r = 0; r < reps; ++r) {
+        for (size_t i = 0; i < flush.size(); i += 16) flush[i] += 1.f;
+        auto t0 = std::chrono::steady_clock::now();
+        fn();
+        best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      return best;
+    };
+    k::PackedConvWeights pw = k::pack_conv_weights(g, s, w.data());
+    std::vector<float> ws(static_cast<size_t>(k::conv2d_workspace_floats(g, s, true, threads)) + 64);
+    double direct = time_ms([&] {
+      k::conv2d(g, s, x.data(), w.data(), &pw, nullptr, nullptr, k::Activation{}, y.data(), pool.get(), ws.data());
+    });
+    double wt[2];
+    for (int i = 0; i < 2; ++i) {
+      const int tile = i ? 4 : 2;
+      k::WinogradWeights u = k::winograd_pack_weights(g, s, w.data(), tile);
+      std::vector<float> wws(static_cast<size_t>(k::winograd_workspace_floats(g, s, tile, threads)));
+      wt[i] = time_ms([&] {
+        k::conv2d_winograd(g, s, x.data(), u, nullptr, nullptr, k::Activation{}, y.data(), pool.get(), wws.data());
+      });
+    }
+    std::printf("C %4lld M %4lld %3lldx%-3lld  im2col %7.3f ms  F(2,3) %7.3f ms (%.2fx)  F(4,3) %7.3f ms (%.2fx)\n",
+                (long long)b.C, (long long)b.M, (long long)b.HW, (long long)b.HW, direct, wt[0], direct / wt[0], wt[1],
+                direct / wt[1]);
+  }
+}
