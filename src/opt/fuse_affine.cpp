@@ -57,7 +57,7 @@ bool fold_round(PassContext& ctx) {
   const char* kPattern = "Conv+Mul/Add";
   Graph& g = ctx.graph;
   GraphIndex idx(g);
-  std::vector<bool> dead(g.nodes.size(), false);
+  std::vector<bool> dead(g.nodes.size(), false), rewritten(g.nodes.size(), false);
   bool any = false;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     Node& op = g.nodes[ni];
@@ -74,6 +74,9 @@ bool fold_round(PassContext& ctx) {
     const int y = op.inputs[size_t(conv_side)];
     const int ci = idx.producer(y);
     const Node& conv = g.nodes[size_t(ci)];
+    // A conv this round already rewrote (Conv -> Mul folded, now this Add) waits for the next
+    // round: its new weights are not in this round's index.
+    if (rewritten[size_t(ci)]) continue;
     if (idx.sole_consumer(y) != int(ni) || conv.outputs.size() != 1) continue;
     const Tensor* c = constant_of(g, op.inputs[size_t(1 - conv_side)]);
     if (!c) continue;  // an ordinary residual Add: fuse_conv_activation's business
@@ -145,6 +148,7 @@ bool fold_round(PassContext& ctx) {
     last.name = conv_now.name;
     last.kernel.reset();
     dead[size_t(ci)] = true;
+    rewritten[ni] = true;
     ctx.applied(kPattern);
     any = true;
   }

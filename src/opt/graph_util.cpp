@@ -31,7 +31,7 @@ GraphIndex::GraphIndex(const Graph& g)
 }
 
 int GraphIndex::sole_consumer(int v) const {
-  if (v < 0 || is_output_[size_t(v)] || consumers_[size_t(v)].size() != 1) return -1;
+  if (!indexed(v) || is_output_[size_t(v)] || consumers_[size_t(v)].size() != 1) return -1;
   return consumers_[size_t(v)][0];
 }
 

@@ -37,12 +37,16 @@ struct PassContext {
 class GraphIndex {
  public:
   explicit GraphIndex(const Graph& g);
+  // True when v existed when the index was built. A value a pass adds afterwards (add_constant)
+  // is not indexed: the queries below treat it as read by nobody known, so sole_consumer gives -1
+  // and a pass leaves it alone until the next pass builds a fresh index.
+  bool indexed(int v) const { return v >= 0 && size_t(v) < consumers_.size(); }
   // Node indices reading v as an input or implicit input (a node reading v twice appears once).
-  const std::vector<int>& consumers(int v) const { return consumers_[size_t(v)]; }
-  int num_consumers(int v) const { return int(consumers_[size_t(v)].size()); }
+  const std::vector<int>& consumers(int v) const { return indexed(v) ? consumers_[size_t(v)] : none_; }
+  int num_consumers(int v) const { return int(consumers(v).size()); }
   // True when v is read by some node as an implicit input (a subgraph captures it by name).
-  bool captured(int v) const { return captured_[size_t(v)]; }
-  bool is_graph_output(int v) const { return is_output_[size_t(v)]; }
+  bool captured(int v) const { return indexed(v) && captured_[size_t(v)]; }
+  bool is_graph_output(int v) const { return indexed(v) && is_output_[size_t(v)]; }
   int producer(int v) const { return g_.values[size_t(v)].producer; }
   // The single consumer of v, or -1 when v has 0 or several consumers or is a graph output.
   int sole_consumer(int v) const;
@@ -51,6 +55,7 @@ class GraphIndex {
   const Graph& g_;
   std::vector<std::vector<int>> consumers_;
   std::vector<bool> captured_, is_output_;
+  const std::vector<int> none_;
 };
 
 // The constant tensor behind value v (an initializer, including folded Constant nodes), or null.

@@ -88,12 +88,21 @@ const PassInfo kPasses[] = {
     {"remove_dead_nodes", OptLevel::Extended, false, remove_dead_nodes},
 };
 
-void collect_graphs(Graph& g, std::vector<Graph*>& out) {
+// g and its subgraphs, parents before children. `keep` (optional) receives an owning reference to
+// every subgraph, so one that a pass removes along with its node (remove_dead_nodes on the parent
+// runs before the pass reaches the child) stays valid until the caller is done with the list.
+void collect_graphs(Graph& g, std::vector<Graph*>& out, std::vector<std::shared_ptr<Graph>>* keep = nullptr) {
   out.push_back(&g);
   for (auto& n : g.nodes)
     for (auto& a : n.attrs) {
-      if (a.g) collect_graphs(*a.g, out);
-      for (auto& sg : a.graphs) collect_graphs(*sg, out);
+      if (a.g) {
+        if (keep) keep->push_back(a.g);
+        collect_graphs(*a.g, out, keep);
+      }
+      for (auto& sg : a.graphs) {
+        if (keep) keep->push_back(sg);
+        collect_graphs(*sg, out, keep);
+      }
     }
 }
 
@@ -144,9 +153,12 @@ void optimize_model(Model& m, const OptimizeOptions& opts, OptimizeReport* repor
         continue;
       }
       auto t0 = std::chrono::steady_clock::now();
-      // Collected per pass: an earlier pass may have removed a node with subgraphs.
+      // Collected per pass: an earlier pass may have removed a node with subgraphs. Within the
+      // pass, `keep` holds every listed subgraph alive (the pass on a parent may drop a node that
+      // owns one; it is then processed as an orphan, harmlessly, and freed after the pass).
       std::vector<Graph*> graphs;
-      collect_graphs(*m.graph, graphs);
+      std::vector<std::shared_ptr<Graph>> keep;
+      collect_graphs(*m.graph, graphs, &keep);
       for (Graph* g : graphs) {
         PassContext ctx{m, *g, opts, rep};
         p.fn(ctx);
