@@ -289,7 +289,9 @@ StaticShapes infer_static_shapes(const Graph& g) {
     if (n.outputs.empty() || n.outputs[0] < 0) continue;
     int out = n.outputs[0];
     std::vector<Shape> in(n.inputs.size());
-    std::vector<bool> have(n.inputs.size(), false);
+    // have[k]: input k exists and its shape is known. At least 4 entries, so that the rules below
+    // may test have[0..3] of a node with fewer inputs (a malformed model's Flatten without any).
+    std::vector<bool> have(std::max<size_t>(n.inputs.size(), 4), false);
     for (size_t i = 0; i < n.inputs.size(); ++i) have[i] = st.get_symbolic(n.inputs[i], in[i]);
     auto numeric = [&](size_t i) {
       for (int64_t d : in[i])
