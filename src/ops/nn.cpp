@@ -1660,6 +1660,15 @@ struct FlatTaps {
   std::vector<int64_t> first, idx;
   std::vector<float> w;
   std::vector<char> copy, ext;
+  // Output position xo from a contiguous input line `src` (extv: the extrapolation value).
+  float at(int64_t xo, const float* src, float extv) const {
+    const size_t x = size_t(xo);
+    if (ext[x]) return extv;
+    if (copy[x]) return src[idx[size_t(first[x])]];
+    float acc = 0;
+    for (int64_t k = first[x]; k < first[x + 1]; ++k) acc += w[size_t(k)] * src[idx[size_t(k)]];
+    return acc;
+  }
 };
 
 FlatTaps flat_taps(int64_t in_len, int64_t out_len, const ResizeCfg& c, double scale, double rs, double re) {
@@ -1698,17 +1707,7 @@ void resize_axis(const float* in, float* out, int64_t outer, int64_t in_len, int
       const float* src = in + o * in_len * inner;
       if (inner == 1) {
         float* dst = out + o * out_len;
-        for (int64_t xo = 0; xo < out_len; ++xo) {
-          if (f.ext[size_t(xo)]) {
-            dst[xo] = extv;
-          } else if (f.copy[size_t(xo)]) {
-            dst[xo] = src[f.idx[size_t(f.first[size_t(xo)])]];
-          } else {
-            float acc = 0;
-            for (int64_t k = f.first[size_t(xo)]; k < f.first[size_t(xo) + 1]; ++k) acc += f.w[size_t(k)] * src[f.idx[size_t(k)]];
-            dst[xo] = acc;
-          }
-        }
+        for (int64_t xo = 0; xo < out_len; ++xo) dst[xo] = f.at(xo, src, extv);
         continue;
       }
       for (int64_t xo = 0; xo < out_len; ++xo) {
@@ -1777,17 +1776,7 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
         for (int64_t xo = 0; xo < OW; ++xo) dst[xo] = row[xs[xo]];
         continue;
       }
-      for (int64_t xo = 0; xo < OW; ++xo) {
-        if (fx.ext[size_t(xo)]) {
-          dst[xo] = extv;
-        } else if (fx.copy[size_t(xo)]) {
-          dst[xo] = row[fx.idx[size_t(fx.first[size_t(xo)])]];
-        } else {
-          float acc = 0;
-          for (int64_t k = fx.first[size_t(xo)]; k < fx.first[size_t(xo) + 1]; ++k) acc += fx.w[size_t(k)] * row[fx.idx[size_t(k)]];
-          dst[xo] = acc;
-        }
-      }
+      for (int64_t xo = 0; xo < OW; ++xo) dst[xo] = fx.at(xo, row, extv);
     }
   });
 }
