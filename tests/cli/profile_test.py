@@ -108,6 +108,14 @@ def load_trace(name, model, extra=(), cmd=("run",)):
     return trace
 
 
+def timing_ok(trace):
+    """Top-level node durations sum to within 10% of the single run event's duration."""
+    ev = trace.get("traceEvents", [])
+    runs = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "phase" and e["name"] == "run"]
+    top = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "node" and "parent" not in e["args"]]
+    return len(runs) == 1 and abs(sum(e["dur"] for e in top) - runs[0]["dur"]) <= 0.10 * runs[0]["dur"]
+
+
 def check_trace(name, trace, want_nodes, want_parent=None):
     ev = trace.get("traceEvents", [])
     phases = [e for e in ev if e.get("ph") == "X" and e.get("cat") == "phase"]
@@ -175,9 +183,17 @@ if os.path.exists(c_loop):
     body_nodes = len([n for n in body.node if n.op_type != "Constant"])
     top_nodes = len([n for n in m.graph.node if n.op_type != "Constant"])
     loop_name = loop_node.name or f"Loop_{li}"  # the importer names unnamed nodes "<op>_<index>"
-    trace = load_trace("test_loop11", c_loop,
-                       ["--shape", "trip_count=", "--fill", "trip_count=const:5", "--shape", "cond=", "--fill", "cond=const:1"],
-                       cmd=("profile", "--warmup", "1", "--iters", "1"))
+    # A ~30 us run: one interrupt or preemption between two nodes is a visible share of it. The
+    # timing is measured up to 3 times and the first trace that an unlucky moment did not disturb
+    # is checked (the 10% bound itself is unchanged); every other check applies to that trace too.
+    for attempt in range(3):
+        trace = load_trace("test_loop11", c_loop,
+                           ["--shape", "trip_count=", "--fill", "trip_count=const:5", "--shape", "cond=", "--fill",
+                            "cond=const:1"],
+                           cmd=("profile", "--warmup", "1", "--iters", "1"))
+        if not trace or timing_ok(trace):
+            break
+        print(f"(test_loop11: node durations off by more than 10% in attempt {attempt + 1}; tracing again)")
     if trace:
         check_trace("test_loop11", trace, top_nodes + 5 * body_nodes, want_parent=loop_name)
 else:
