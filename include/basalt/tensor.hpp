@@ -39,6 +39,9 @@ struct Storage {
   bool owned = false;           // allocated by basalt (freed in the destructor)
   bool mapped = false;          // owned and allocated with mmap (large blocks: munmap gives pages back)
   std::shared_ptr<const void> keep_alive;  // for views: whatever owns the bytes
+  // A view whose bytes belong to it alone (a block of the session's dynamic pool, returned to the
+  // pool when the last view goes): a run's output viewing one is handed to the caller as it is.
+  bool exclusive = false;
   // For a view of a read-only file mapping: a descriptor of that file (owned by keep_alive) and
   // where the view starts in it, else -1. Tensor::read_bytes then copies with pread, so the pages
   // read never join this process's resident memory (a page fault maps up to 16 neighbours too).

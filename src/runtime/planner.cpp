@@ -472,7 +472,9 @@ Tensor ArenaRun::dynamic(const Node& n, int i, DType dt, const Shape& shape) {
   note_heap(n, i, DynamicPool::size_class(bytes));
   DynamicPool::Block b = pool->acquire(bytes);
   trim_pool();
-  return Tensor::view(dt, shape, b.data, std::move(b.keep));
+  Tensor t = Tensor::view(dt, shape, b.data, std::move(b.keep));
+  t.storage()->exclusive = true;
+  return t;
 }
 
 std::shared_ptr<void> ArenaRun::dynamic_workspace(const Node& n, uint64_t bytes) {

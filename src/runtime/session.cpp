@@ -220,7 +220,9 @@ void Session::make_outputs_private(std::vector<Value>& outs, const std::vector<V
   for (auto& v : ins) note(v);
   auto fix = [&](Tensor& t) {
     if (!t.storage()) return;
-    if (!t.storage()->owned || shared.count(t.storage().get())) t = t.clone();
+    // Views of the arena or of weights are copied; a dynamic pool block is the caller's already.
+    const Storage& st = *t.storage();
+    if (!(st.owned || st.exclusive) || shared.count(&st)) t = t.clone();
     shared.insert(t.storage().get());
   };
   for (auto& v : outs) {
