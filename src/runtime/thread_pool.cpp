@@ -1,8 +1,12 @@
 #include "runtime/thread_pool.hpp"
 
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <exception>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -28,13 +32,30 @@ bool spin_until(int spin_us, Pred pred) {
     if ((i & 63) == 63 && std::chrono::steady_clock::now() >= deadline) return pred();
   }
 }
+
+// Sleep while *word == expected (a spurious or early return is fine: callers re-check).
+void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+void futex_wake_all(std::atomic<uint32_t>& word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
 }  // namespace
+
+// Chunks [next, end) of one thread's part; `next` only moves forward (fetch_add), and a thread
+// that finds it at or past `end` moves on to the next part.
+struct alignas(64) ThreadPool::Part {
+  std::atomic<int64_t> next{0};
+  int64_t end = 0;
+};
 
 struct ThreadPool::Job {
   const std::function<void(int64_t, int64_t)>* fn = nullptr;
   int64_t n = 0, grain = 1, chunks = 0;
-  std::atomic<int64_t> next{0};
-  std::atomic<uint32_t> remaining{0};  // chunks not finished (futex word for the caller)
+  Part* parts = nullptr;
+  int nparts = 0;
+  alignas(64) std::atomic<uint32_t> remaining{0};  // chunks not finished (futex word for the caller)
+  std::atomic<bool> caller_sleeps{false};          // the caller may be asleep on `remaining`
   std::atomic<bool> failed{false};
   std::mutex err_mu;
   std::exception_ptr err;
@@ -51,7 +72,8 @@ int ThreadPool::available_cores() {
   return h ? int(h) : 1;
 }
 
-ThreadPool::ThreadPool(int threads, int spin_us) : threads_(threads < 1 ? 1 : threads), spin_us_(spin_us < 0 ? 0 : spin_us) {
+ThreadPool::ThreadPool(int threads, int spin_us)
+    : threads_(threads < 1 ? 1 : threads), spin_us_(spin_us < 0 ? 0 : spin_us), parts_(new Part[size_t(threads_)]) {
   workers_.reserve(size_t(threads_ - 1));
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
@@ -59,7 +81,7 @@ ThreadPool::ThreadPool(int threads, int spin_us) : threads_(threads < 1 ? 1 : th
 ThreadPool::~ThreadPool() {
   stop_.store(true);
   epoch_.fetch_add(1);
-  epoch_.notify_all();
+  futex_wake_all(epoch_);
   for (auto& t : workers_) t.join();
 }
 
@@ -71,37 +93,52 @@ std::shared_ptr<ThreadPool> ThreadPool::shared(int threads, int spin_us) {
   return pool;
 }
 
-void ThreadPool::run_chunks(Job& job) {
+void ThreadPool::run_chunks(Job& job, int self) {
   bool was = t_in_pool_chunk;
   t_in_pool_chunk = true;
-  for (;;) {
-    int64_t c = job.next.fetch_add(1);
-    if (c >= job.chunks) break;
-    if (!job.failed.load(std::memory_order_relaxed)) {
-      int64_t b = c * job.grain;
-      int64_t e = b + job.grain < job.n ? b + job.grain : job.n;
-      try {
-        (*job.fn)(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> lk(job.err_mu);
-        if (!job.err) job.err = std::current_exception();
-        job.failed.store(true);
+  uint32_t done = 0;
+  // Own part first, then the others in turn (stealing from their fronts).
+  for (int k = 0; k < job.nparts; ++k) {
+    Part& p = job.parts[(self + k) % job.nparts];
+    for (;;) {
+      // A plain load first: a drained part is not written again (no cache-line ping-pong).
+      if (p.next.load(std::memory_order_relaxed) >= p.end) break;
+      int64_t c = p.next.fetch_add(1, std::memory_order_relaxed);
+      if (c >= p.end) break;
+      if (!job.failed.load(std::memory_order_relaxed)) {
+        int64_t b = c * job.grain;
+        int64_t e = b + job.grain < job.n ? b + job.grain : job.n;
+        try {
+          (*job.fn)(b, e);
+        } catch (...) {
+          std::lock_guard<std::mutex> lk(job.err_mu);
+          if (!job.err) job.err = std::current_exception();
+          job.failed.store(true);
+        }
       }
+      ++done;
     }
-    if (job.remaining.fetch_sub(1) == 1) job.remaining.notify_all();
   }
   t_in_pool_chunk = was;
+  // One decrement per thread and job (not per chunk); the last one wakes a sleeping caller.
+  if (done && job.remaining.fetch_sub(done) == done && self != 0 && job.caller_sleeps.load())
+    futex_wake_all(job.remaining);
 }
 
-void ThreadPool::worker_main(int) {
+void ThreadPool::worker_main(int index) {
   uint32_t seen = epoch_.load();
   for (;;) {
     // stop_ is set before epoch_ is bumped: if this thread read `seen` after the final bump, it
     // sees stop_ here and never waits on an epoch that will not change again.
     if (stop_.load()) return;
-    // Bounded spin for the next job, then sleep until epoch_ changes.
-    if (!spin_until(spin_us_, [&] { return epoch_.load(std::memory_order_acquire) != seen; }))
-      epoch_.wait(seen);
+    // Bounded spin for the next job, then sleep until epoch_ changes. sleepers_ is raised before
+    // the last check of epoch_, and the caller bumps epoch_ before reading sleepers_: either this
+    // thread sees the new epoch or the caller sees a sleeper and wakes it.
+    if (!spin_until(spin_us_, [&] { return epoch_.load(std::memory_order_acquire) != seen; })) {
+      sleepers_.fetch_add(1);
+      if (epoch_.load() == seen) futex_wait(epoch_, seen);
+      sleepers_.fetch_sub(1);
+    }
     uint32_t now = epoch_.load(std::memory_order_acquire);
     if (now == seen) continue;  // spurious wake-up
     seen = now;
@@ -110,7 +147,7 @@ void ThreadPool::worker_main(int) {
     // then re-check that it is still posted (the caller clears job_ before waiting on active_).
     active_.fetch_add(1);
     Job* j = job_.load();
-    if (j) run_chunks(*j);
+    if (j) run_chunks(*j, index);
     active_.fetch_sub(1);
   }
 }
@@ -135,18 +172,25 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   job.n = n;
   job.grain = grain;
   job.chunks = chunks;
+  job.nparts = int(chunks < threads_ ? chunks : threads_);
+  job.parts = parts_.get();
+  for (int p = 0; p < job.nparts; ++p) {
+    job.parts[p].next.store(chunks * p / job.nparts, std::memory_order_relaxed);
+    job.parts[p].end = chunks * (p + 1) / job.nparts;
+  }
   job.remaining.store(uint32_t(chunks));
   job_.store(&job);
-  epoch_.fetch_add(1, std::memory_order_release);
-  epoch_.notify_all();
-  run_chunks(job);
+  epoch_.fetch_add(1);
+  if (sleepers_.load() > 0) futex_wake_all(epoch_);
+  run_chunks(job, 0);
   // Wait for chunks other threads took: spin briefly, then sleep on the counter.
-  for (;;) {
-    uint32_t r = job.remaining.load();
-    if (r == 0) break;
-    if (spin_until(spin_us_, [&] { return job.remaining.load() == 0; })) break;
-    r = job.remaining.load();
-    if (r != 0) job.remaining.wait(r);
+  if (!spin_until(spin_us_, [&] { return job.remaining.load(std::memory_order_acquire) == 0; })) {
+    job.caller_sleeps.store(true);
+    for (;;) {
+      uint32_t r = job.remaining.load();
+      if (r == 0) break;
+      futex_wait(job.remaining, r);
+    }
   }
   job_.store(nullptr);
   // Workers leaving run_chunks: a few instructions, unless one was preempted right there.

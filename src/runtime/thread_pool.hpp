@@ -1,8 +1,10 @@
 // One thread pool type for the whole runtime (issue 5).
 //
 // - A session owns a pool, or sessions share the process-wide one (SessionOptions::shared_pool).
-// - parallel_for hands out chunks dynamically from an atomic counter, so a slow or preempted
-//   thread holds up at most one chunk; the caller works too.
+// - parallel_for splits the chunks into one contiguous part per thread. A thread takes chunks
+//   from the front of its own part (a counter on its own cache line: no traffic between cores per
+//   chunk), then steals from the other parts, so a slow, preempted or late thread holds up at
+//   most one chunk; the caller works too.
 // - Waiting threads spin for a bounded time (spin_us; 0 = never spin), then sleep on a futex.
 //   An idle pool uses no CPU.
 // - A pool with 1 thread, a null pool, a nested call (from inside a chunk) and a call made while
@@ -47,14 +49,17 @@ class ThreadPool {
 
  private:
   struct Job;
+  struct Part;
   void worker_main(int index);
-  void run_chunks(Job& job);
+  void run_chunks(Job& job, int self);
 
   int threads_;
   int spin_us_;
   std::vector<std::thread> workers_;
+  std::unique_ptr<Part[]> parts_;        // one per thread, reused by every job
   std::mutex caller_mu_;                 // one parallel_for owns the workers at a time
   std::atomic<uint32_t> epoch_{0};       // bumped to wake workers for a new job (futex word)
+  std::atomic<int> sleepers_{0};         // workers asleep on epoch_ (wake only when > 0)
   std::atomic<Job*> job_{nullptr};
   std::atomic<int> active_{0};           // workers currently touching *job_
   std::atomic<bool> stop_{false};
