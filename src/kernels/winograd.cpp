@@ -81,11 +81,17 @@ bool winograd_applicable(const Conv2dShape& s) {
          s.C >= kMinChannels && s.M >= kMinChannels;
 }
 
-int winograd_choose_tile(const Conv2dShape& s) {
+int winograd_choose_tile(const Conv2dShape& s, int64_t image_pixels) {
   if (!winograd_applicable(s)) return 0;
   const int e = env_tile();
   if (e == 0) return 0;
   if (e == 2 || e == 4) return e;
+  // Image size known at load (static input shapes): measured per conv at 1 thread over ResNet-50,
+  // SqueezeNet, Inception v1, DenseNet-121 and UNet (BASALT_WINOGRAD=0/2/4, basalt profile
+  // traces), F(4x4) is 1.07-1.64x faster than the im2col conv from 27x27 images on (on par at
+  // 55x55 with 16 input channels), while at 13x13-14x14 both tile sizes are slower (F(2x2) 0.69-
+  // 0.96x, F(4x4) 0.55-0.83x) and at 6x6-7x7 far slower (0.2-0.77x). F(2x2) was never the best.
+  if (image_pixels >= 0) return image_pixels >= 20 * 20 ? 4 : 0;
   // What pays depends on the tile count (the image size), which is not known at load; channel
   // counts stand in for it, as CNNs widen where they downsample. Measured at 1 thread against the
   // im2col conv (Winograd.DISABLED_Timings): F(4x4) is 1.7-2.7x faster from 28x28 outputs on, but

@@ -49,11 +49,12 @@ struct WinogradWeights {
 // products save). Padding and image size are free (an empty output computes nothing).
 bool winograd_applicable(const Conv2dShape& s);
 
-// The tile edge to use for a conv of these channel counts (weights only: image sizes are not known
-// at load): 4 for C*M <= 128*192, 2 up to 256*256, else 0 = do not use Winograd (measured
-// crossovers in winograd.cpp). BASALT_WINOGRAD in the environment overrides it:
+// The tile edge to use for this conv, 0 = do not use Winograd (measured crossovers in
+// winograd.cpp). image_pixels: H*W of the input when the model fixes it at load, else -1; then
+// 4 from 20x20 images on, else 0. Unknown image size: by channel counts, 4 for C*M <= 128*192,
+// 2 up to 256*256, else 0. BASALT_WINOGRAD in the environment overrides both:
 // 0 = off, 2 = F(2x2, 3x3), 4 = F(4x4, 3x3) (read once per process).
-int winograd_choose_tile(const Conv2dShape& s);
+int winograd_choose_tile(const Conv2dShape& s, int64_t image_pixels = -1);
 
 // U[ξ] = G g Gᵀ for every (m, c), packed. `w`: [M, C, 3, 3]. tile: 2 or 4.
 WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, const float* w, int tile);

@@ -35,6 +35,10 @@ struct PrepareContext {
   // constant[i]: input i's tensor when it is a constant (initializer / folded), else null.
   std::span<const Tensor* const> constant;
   int threads = 1;  // the session's thread count
+  // shape[i]: input i's shape when load-time shape inference fixed every dim (a model with static
+  // input sizes), else null. Lets a kernel pick an algorithm for the sizes it will see; compute()
+  // must still handle any shape.
+  std::span<const Shape* const> shape = {};
 };
 
 class OpKernel {

@@ -483,7 +483,10 @@ class ConvKernel final : public OpKernel {
     packed_shape_ = w->shape();
     packed_src_ = w->raw();
     // 3x3 stride-1 convs: Winograd weights instead of im2col ones (kernels/winograd.hpp)
-    if (int tile = unit_steps() && w->rank() == 4 ? kernels::winograd_choose_tile(s) : 0) {
+    // The image size, when the model fixes it, decides (see winograd_choose_tile).
+    const Shape* xs = pc.shape.size() > 0 ? pc.shape[0] : nullptr;
+    int64_t spatial = xs && xs->size() == 4 ? (*xs)[2] * (*xs)[3] : -1;
+    if (int tile = unit_steps() && w->rank() == 4 ? kernels::winograd_choose_tile(s, spatial) : 0) {
       wino_ = kernels::winograd_pack_weights(kernels::gemm_arch_best(), s, w->data<float>(), tile);
       return;
     }

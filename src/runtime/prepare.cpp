@@ -1,6 +1,7 @@
 // Kernel creation and preparation: the step between optimization and the first run.
 #include "core/mapped_file.hpp"
 #include "onnx/tensor_proto.hpp"
+#include "opt/graph_util.hpp"
 #include "ops/kernel.hpp"
 #include "runtime/model.hpp"
 
@@ -37,6 +38,15 @@ static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, in
   const OpRegistry& reg = OpRegistry::instance();
   std::vector<const Tensor*> consts;
   std::vector<int> readers = constant_readers(g);
+  // Static input shapes for prepare() (PrepareContext::shape); none when inference fails.
+  StaticShapes shapes;
+  try {
+    shapes = infer_static_shapes(g);
+  } catch (const std::exception&) {
+    shapes = StaticShapes{};
+  }
+  std::vector<Shape> in_shape;
+  std::vector<const Shape*> in_shape_ptr;
   // Graph outputs and subgraph captures have readers that are not kernels of this graph.
   for (int v : g.outputs) align_weight(g, v);
   for (const auto& n : g.nodes)
@@ -67,8 +77,13 @@ static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, in
       if (!n.kernel->reads_bytes_only(int(i))) align_weight(g, v);
       consts[i] = &g.values[size_t(v)].initializer;
     }
+    in_shape.assign(n.inputs.size(), Shape{});
+    in_shape_ptr.assign(n.inputs.size(), nullptr);
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (!shapes.known.empty() && size_t(n.inputs[i]) < shapes.known.size() && shapes.get(n.inputs[i], in_shape[i]))
+        in_shape_ptr[i] = &in_shape[i];
     {
-      PrepareContext pc{n, consts, threads};
+      PrepareContext pc{n, consts, threads, in_shape_ptr};
       try {
         n.kernel->prepare(pc);
       } catch (const Error& e) {

@@ -104,6 +104,14 @@ TEST(Winograd, Applicability) {
   t.M = 15;
   EXPECT_FALSE(k::winograd_applicable(t));
   EXPECT_EQ(k::winograd_choose_tile(t), 0);
+  EXPECT_EQ(k::winograd_choose_tile(t, 56 * 56), 0);
+  if (!std::getenv("BASALT_WINOGRAD")) {
+    // a known image size decides: F(4x4) from 20x20 on, im2col below
+    EXPECT_EQ(k::winograd_choose_tile(s, 56 * 56), 4);
+    EXPECT_EQ(k::winograd_choose_tile(s, 20 * 20), 4);
+    EXPECT_EQ(k::winograd_choose_tile(s, 14 * 14), 0);
+    EXPECT_EQ(k::winograd_choose_tile(s, 7 * 7), 0);
+  }
   // the workspace does not grow with the image
   k::Conv2dShape big = s;
   big.H = big.W = big.OH = big.OW = 1000;
