@@ -21,18 +21,58 @@ namespace basalt {
 namespace {
 thread_local bool t_in_pool_chunk = false;  // nested parallel_for runs inline
 
-// Spin until pred() or spin_us elapse. Returns pred()'s last value.
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A gap this long between two looks at the clock while spinning means the spinning thread was
+// descheduled: another process wants this core, and spinning only burns our share of it.
+constexpr int64_t kPreemptedGapNs = 200'000;
+// When the machine looks busy, nobody in the pool spins for this long (then it tries again).
+constexpr int64_t kNoSpinNs = 200'000'000;
+}  // namespace
+
+// An idle machine preempts a spinning pool thread now and then (kernel threads, timers); a core
+// taken by another process does it every few scheduler slices.
+// Spinning pauses when kBusyPreemptions happen within one kWindowNs.
+void ThreadPool::note_preempted(int64_t now) {
+  constexpr int64_t kWindowNs = 100'000'000;
+  constexpr uint32_t kBusyPreemptions = 4;
+  preempted_spins_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lk(preempt_mu_);
+  if (now - window_start_ns_ > kWindowNs) {
+    window_start_ns_ = now;
+    window_count_ = 0;
+  }
+  if (++window_count_ >= kBusyPreemptions) no_spin_until_ns_.store(now + kNoSpinNs, std::memory_order_relaxed);
+}
+
+// Spin until pred() or spin_us elapse. Returns pred()'s last value. Spinning stops early, and
+// stays off pool-wide for a while, when this thread is found to have been preempted while spinning
+// (a busy machine: sleeping then costs less than spinning; see kPreemptedGapNs).
 template <class Pred>
-bool spin_until(int spin_us, Pred pred) {
-  if (spin_us <= 0) return pred();
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+bool ThreadPool::spin_until(Pred pred) {
+  if (spin_us_ <= 0) return pred();
+  int64_t last = now_ns();
+  if (last < no_spin_until_ns_.load(std::memory_order_relaxed)) return pred();
+  const int64_t deadline = last + int64_t(spin_us_) * 1000;
   for (int i = 0;; ++i) {
     if (pred()) return true;
     BASALT_CPU_RELAX();
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() >= deadline) return pred();
+    if ((i & 63) == 63) {
+      int64_t t = now_ns();
+      if (t - last > kPreemptedGapNs) {
+        note_preempted(t);
+        return pred();
+      }
+      if (t >= deadline) return pred();
+      last = t;
+    }
   }
 }
 
+namespace {
 // Sleep while *word == expected (a spurious or early return is fine: callers re-check).
 void futex_wait(std::atomic<uint32_t>& word, uint32_t expected) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
@@ -134,7 +174,7 @@ void ThreadPool::worker_main(int index) {
     // Bounded spin for the next job, then sleep until epoch_ changes. sleepers_ is raised before
     // the last check of epoch_, and the caller bumps epoch_ before reading sleepers_: either this
     // thread sees the new epoch or the caller sees a sleeper and wakes it.
-    if (!spin_until(spin_us_, [&] { return epoch_.load(std::memory_order_acquire) != seen; })) {
+    if (!spin_until([&] { return epoch_.load(std::memory_order_acquire) != seen; })) {
       sleepers_.fetch_add(1);
       if (epoch_.load() == seen) futex_wait(epoch_, seen);
       sleepers_.fetch_sub(1);
@@ -184,7 +224,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (sleepers_.load() > 0) futex_wake_all(epoch_);
   run_chunks(job, 0);
   // Wait for chunks other threads took: spin briefly, then sleep on the counter.
-  if (!spin_until(spin_us_, [&] { return job.remaining.load(std::memory_order_acquire) == 0; })) {
+  if (!spin_until([&] { return job.remaining.load(std::memory_order_acquire) == 0; })) {
     job.caller_sleeps.store(true);
     for (;;) {
       uint32_t r = job.remaining.load();

@@ -6,7 +6,9 @@
 //   chunk), then steals from the other parts, so a slow, preempted or late thread holds up at
 //   most one chunk; the caller works too.
 // - Waiting threads spin for a bounded time (spin_us; 0 = never spin), then sleep on a futex.
-//   An idle pool uses no CPU.
+//   An idle pool uses no CPU. When pool threads are preempted often (another process wants the
+//   cores), the pool stops spinning for 200 ms at a time: on a busy machine spinning only burns
+//   the share of the cores the pool gets, and threads that sleep are scheduled sooner.
 // - A pool with 1 thread, a null pool, a nested call (from inside a chunk) and a call made while
 //   another caller has the pool all run the loop inline on the calling thread: results never
 //   depend on which of these happened, only the speed does.
@@ -32,6 +34,8 @@ class ThreadPool {
 
   int threads() const { return threads_; }
   int spin_us() const { return spin_us_; }
+  // Times a spinning thread found it had been preempted (and spinning was paused).
+  uint64_t preempted_spins() const { return preempted_spins_.load(std::memory_order_relaxed); }
 
   // Equivalent to the serial loop
   //   fn(0, n);
@@ -52,6 +56,9 @@ class ThreadPool {
   struct Part;
   void worker_main(int index);
   void run_chunks(Job& job, int self);
+  template <class Pred>
+  bool spin_until(Pred pred);
+  void note_preempted(int64_t now_ns);
 
   int threads_;
   int spin_us_;
@@ -63,6 +70,11 @@ class ThreadPool {
   std::atomic<Job*> job_{nullptr};
   std::atomic<int> active_{0};           // workers currently touching *job_
   std::atomic<bool> stop_{false};
+  std::atomic<int64_t> no_spin_until_ns_{0};  // steady_clock ns: no spinning before this
+  std::atomic<uint64_t> preempted_spins_{0};
+  std::mutex preempt_mu_;           // guards the two below
+  int64_t window_start_ns_ = 0;     // preemptions counted since then
+  uint32_t window_count_ = 0;
 };
 
 // Runs fn over [0, n) on `pool` in chunks of `grain`; inline (one call fn(0, n)) when pool is null,
