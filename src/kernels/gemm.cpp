@@ -40,7 +40,7 @@ const GemmArch kAvx2{Isa::Avx2, 6, 16, sgemm_ukernel_avx2, false, false, epilogu
 const GemmArch kAvx512{Isa::Avx512, 6, 64, sgemm_ukernel_avx512, true, true, epilogue_tile_avx512};
 
 // K block: a B panel slice (kc x nr floats, 32 KB) stays in L1 while the A panels of a tile stream by.
-int64_t k_block(const GemmArch& g) { return std::max<int64_t>(64, 8192 / g.nr); }
+int64_t k_block(const GemmArch& g) { return std::max<int64_t>(64, 16384 / g.nr); }
 constexpr int64_t MC_ROWS = 96;   // rows of C per tile (A block of MC x KC in L2)
 constexpr int64_t NC_COLS = 256;  // columns of C per tile
 // Operands larger than these are prefetched by the microkernel (see sgemm).
@@ -103,8 +103,16 @@ void pack_b(const GemmArch& g, int64_t K, int64_t N, const float* B, int64_t ldb
     // B stored [K, N]: row k of the panels [p0, p1) is one contiguous source segment, read in
     // order (a panel at a time would read K short pieces of rows far apart).
     const int64_t c_end = std::min<int64_t>(N, p1 * nr);
+    // The rows are far apart (a conv's input planes), too short for the hardware prefetcher to
+    // follow: fetch the segment kPrefetchRows rows ahead while this one is copied.
+    constexpr int64_t kPrefetchRows = 8;
+    const int64_t seg_bytes = (c_end - p0 * nr) * int64_t(sizeof(float));
     for (int64_t k = 0; k < K; ++k) {
       const float* s = B + k * ldb;
+      if (k + kPrefetchRows < K) {
+        const char* pf = reinterpret_cast<const char*>(s + kPrefetchRows * ldb + p0 * nr);
+        for (int64_t off = 0; off < seg_bytes; off += 64) __builtin_prefetch(pf + off, 0, 3);
+      }
       for (int64_t p = p0; p < p1; ++p) {
         float* dk = dst + p * K * nr + k * nr;
         int64_t c0 = p * nr;
