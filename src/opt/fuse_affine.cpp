@@ -2,6 +2,8 @@
 //   fuse_conv_affine (Basic): Conv -> Mul / Add / Sub / Div by a constant that is a scalar or one
 //     value per output channel, folded into the Conv's weights and bias (PaddleOCR's PP-LCNet
 //     writes a "learnable affine block" after every conv: Mul by a scalar, then Add a scalar).
+//     The same constants after an inference BatchNormalization fold into its scale and B
+//     (DenseNet-121 writes BatchNormalization -> Mul -> Add -> Relu before every conv).
 //   fuse_hardswish (Extended): x * Clip(x + 3, 0, 6) / 6 (or * 1/6, or x * Clip(..) / 6 in the other
 //     order, or x * HardSigmoid(x, 1/6, 0.5)) -> HardSwish(x), which fuse_conv_activation then puts
 //     into the conv's epilogue.
@@ -10,6 +12,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace basalt {
 
@@ -49,6 +52,123 @@ double other_scalar(const Graph& g, const Node& n, int x) {
   return t->get_double(0);
 }
 
+// Node p's inputs 1 (weights or scale) and 2 (bias, if any) replaced by new constants: `scaled`
+// (null: input 1 stays) and `bias`; an old constant no other node reads is dropped. Returns the
+// value ids of input 1 and the new bias.
+std::pair<int, int> replace_scale_bias(Graph& g, const GraphIndex& idx, int p, Tensor* scaled, Tensor bias) {
+  const Node& n = g.nodes[size_t(p)];
+  const std::string base = g.values[size_t(n.inputs[1])].name;
+  int sv = n.inputs[1];
+  if (scaled) {
+    if (idx.sole_consumer(n.inputs[1]) == p) drop_constant(g, n.inputs[1]);
+    sv = add_constant(g, base + "_scaled", std::move(*scaled));
+  }
+  if (n.inputs.size() > 2 && n.inputs[2] >= 0 && idx.sole_consumer(n.inputs[2]) == p) drop_constant(g, n.inputs[2]);
+  int bv = add_constant(g, base + "_affine_bias", std::move(bias));
+  return {sv, bv};
+}
+
+// `last` (the chain's last node, whose output keeps its name) becomes a copy of `from` with `inputs`.
+void become(Node& last, const Node& from, std::vector<int> inputs) {
+  last.op_type = from.op_type;
+  last.domain = from.domain;
+  last.opset = from.opset;
+  last.attrs = from.attrs;
+  last.inputs = std::move(inputs);
+  last.name = from.name;
+  last.kernel.reset();
+}
+
+// The per-channel factor of Mul/Add/Sub/Div node `op` by constant c applied to x (x op c, or c op
+// x for Mul and Add), as k with x*k (Mul, Div) or x+k (Add, Sub); empty with a reason if unusable.
+std::vector<double> affine_factor(const Node& op, const Tensor& c, int64_t M, int rank, std::string& why) {
+  const bool sub = is_op(op, "Sub"), div = is_op(op, "Div");
+  std::vector<double> k = per_channel(c, M, rank);
+  if (k.empty()) {
+    why = "the constant is neither a scalar nor one value per output channel";
+    return k;
+  }
+  if (div)
+    for (double& v : k) {
+      if (v == 0.0) {
+        why = "division by zero";
+        return {};
+      }
+      v = 1.0 / v;
+    }
+  if (sub)
+    for (double& v : k) v = -v;
+  return k;
+}
+
+// Mul/Add/Sub/Div node ni of x = the sole-consumed output of an inference BatchNormalization with
+// constant float32 scale and B, by a per-channel constant: folded into scale and B (y = x*s + t
+// with s, t from the BN: Mul/Div scale both, Add/Sub shift B). The node becomes the BN.
+// `shapes`: the graph's static shapes, inferred on first use (this round's rewrites keep every
+// existing value's shape).
+bool fold_into_batchnorm(PassContext& ctx, GraphIndex& idx, size_t ni, std::vector<bool>& dead,
+                         std::vector<bool>& rewritten, std::optional<StaticShapes>& shapes) {
+  const char* kPattern = "BatchNormalization+Mul/Add";
+  Graph& g = ctx.graph;
+  Node& op = g.nodes[ni];
+  const bool mul = is_op(op, "Mul"), add = is_op(op, "Add"), div = is_op(op, "Div");
+  int side = -1;
+  for (int s = 0; s < 2 && side < 0; ++s) {
+    if (!(mul || add) && s == 1) break;
+    const Node* p = producer_node(g, op.inputs[size_t(s)]);
+    if (p && is_op(*p, "BatchNormalization") && !dead[size_t(idx.producer(op.inputs[size_t(s)]))]) side = s;
+  }
+  if (side < 0) return false;
+  const int y = op.inputs[size_t(side)];
+  const int bi = idx.producer(y);
+  const Node& bn = g.nodes[size_t(bi)];
+  if (rewritten[size_t(bi)] || idx.sole_consumer(y) != int(ni) || bn.outputs.size() != 1 || bn.inputs.size() != 5)
+    return false;
+  const Tensor* c = constant_of(g, op.inputs[size_t(1 - side)]);
+  if (!c) return false;
+  if (bn.opset >= 14 && bn.attr_int("training_mode", 0) != 0) {
+    ctx.reject(kPattern, bn, "training mode");
+    return false;
+  }
+  const Tensor* sc = constant_of(g, bn.inputs[1]);
+  const Tensor* b = constant_of(g, bn.inputs[2]);
+  if (!sc || !b || sc->dtype() != DType::Float || b->dtype() != DType::Float || sc->numel() != b->numel()) {
+    ctx.reject(kPattern, bn, "scale and B must be float32 constants");
+    return false;
+  }
+  // The constant broadcasts against the BN's output, whose rank only shape inference knows.
+  if (!shapes) shapes = infer_static_shapes(g);
+  Shape xs;
+  if (!shapes->get_symbolic(bn.inputs[0], xs) || xs.size() < 2) {
+    ctx.reject(kPattern, bn, "the input's rank is not known at load");
+    return false;
+  }
+  const int64_t C = sc->numel();
+  std::string why;
+  std::vector<double> k = affine_factor(op, *c, C, int(xs.size()), why);
+  if (k.empty()) {
+    ctx.reject(kPattern, op, why);
+    return false;
+  }
+  Tensor ns = *sc, nb(DType::Float, {C});
+  if (mul || div) {
+    ns = Tensor(DType::Float, {C});
+    for (int64_t m = 0; m < C; ++m) {
+      ns.data<float>()[m] = float(double(sc->data<float>()[m]) * k[size_t(m)]);
+      nb.data<float>()[m] = float(double(b->data<float>()[m]) * k[size_t(m)]);
+    }
+  } else {
+    for (int64_t m = 0; m < C; ++m) nb.data<float>()[m] = float(double(b->data<float>()[m]) + k[size_t(m)]);
+  }
+  auto [sv, bv] = replace_scale_bias(g, idx, bi, mul || div ? &ns : nullptr, std::move(nb));
+  Node& bn_now = g.nodes[size_t(bi)];
+  become(g.nodes[ni], bn_now, {bn_now.inputs[0], sv, bv, bn_now.inputs[3], bn_now.inputs[4]});
+  dead[size_t(bi)] = true;
+  rewritten[ni] = true;
+  ctx.applied(kPattern);
+  return true;
+}
+
 // One folding round: every Mul/Add/Sub/Div whose left (or, for Mul/Add, either) operand is the
 // sole-consumed output of a float Conv with constant weights, and whose other operand is a
 // per-channel constant, becomes that Conv with scaled weights / shifted bias. Returns whether
@@ -58,6 +178,7 @@ bool fold_round(PassContext& ctx) {
   Graph& g = ctx.graph;
   GraphIndex idx(g);
   std::vector<bool> dead(g.nodes.size(), false), rewritten(g.nodes.size(), false);
+  std::optional<StaticShapes> shapes;
   bool any = false;
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     Node& op = g.nodes[ni];
@@ -70,7 +191,10 @@ bool fold_round(PassContext& ctx) {
       const Node* p = producer_node(g, op.inputs[size_t(s)]);
       if (p && is_op(*p, "Conv") && !dead[size_t(idx.producer(op.inputs[size_t(s)]))]) conv_side = s;
     }
-    if (conv_side < 0) continue;
+    if (conv_side < 0) {
+      if (fold_into_batchnorm(ctx, idx, ni, dead, rewritten, shapes)) any = true;
+      continue;
+    }
     const int y = op.inputs[size_t(conv_side)];
     const int ci = idx.producer(y);
     const Node& conv = g.nodes[size_t(ci)];
@@ -92,25 +216,12 @@ bool fold_round(PassContext& ctx) {
       continue;
     }
     const int64_t M = w->dim(0);
-    std::vector<double> k = per_channel(*c, M, int(w->rank()));
+    std::string why;
+    std::vector<double> k = affine_factor(op, *c, M, int(w->rank()), why);
     if (k.empty()) {
-      ctx.reject(kPattern, op, "the constant is neither a scalar nor one value per output channel");
+      ctx.reject(kPattern, op, why);
       continue;
     }
-    if (div)
-      for (double& v : k) {
-        if (v == 0.0) {
-          k.clear();
-          break;
-        }
-        v = 1.0 / v;
-      }
-    if (k.empty()) {
-      ctx.reject(kPattern, op, "division by zero");
-      continue;
-    }
-    if (sub)
-      for (double& v : k) v = -v;
     // New weights (scaled for Mul/Div) and bias.
     const int64_t per = w->numel() / M;
     Tensor nw = *w;
@@ -129,24 +240,10 @@ bool fold_round(PassContext& ctx) {
     } else {
       for (int64_t m = 0; m < M; ++m) nb.data<float>()[m] = float(double(nb.data<float>()[m]) + k[size_t(m)]);
     }
-    std::string wname = g.values[size_t(conv.inputs[1])].name;
-    int wv = conv.inputs[1];
-    if (mul || div) {
-      if (idx.sole_consumer(conv.inputs[1]) == ci) drop_constant(g, conv.inputs[1]);
-      wv = add_constant(g, wname + "_scaled", std::move(nw));
-    }
-    if (has_b && idx.sole_consumer(conv.inputs[2]) == ci) drop_constant(g, conv.inputs[2]);
-    int bv = add_constant(g, wname + "_affine_bias", std::move(nb));
+    auto [wv, bv] = replace_scale_bias(g, idx, ci, mul || div ? &nw : nullptr, std::move(nb));
     // The Mul/Add node becomes the Conv (it is the chain's last node; its output keeps its name).
     Node& conv_now = g.nodes[size_t(ci)];
-    Node& last = g.nodes[ni];
-    last.op_type = "Conv";
-    last.domain = "";
-    last.opset = conv_now.opset;
-    last.attrs = conv_now.attrs;
-    last.inputs = {conv_now.inputs[0], wv, bv};
-    last.name = conv_now.name;
-    last.kernel.reset();
+    become(g.nodes[ni], conv_now, {conv_now.inputs[0], wv, bv});
     dead[size_t(ci)] = true;
     rewritten[ni] = true;
     ctx.applied(kPattern);

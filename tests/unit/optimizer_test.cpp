@@ -723,6 +723,46 @@ TEST(OptimizerAffine, SubAndDivByAConstantFoldButNotASpatialConstantOrZero) {
   }
 }
 
+// X[1,4,6,6] -> BatchNormalization -> Mul(per-channel [4,1,1]) -> Sub(scalar) -> Y, as DenseNet's
+// pre-activation blocks spell it: both fold into the BN's scale and B.
+TEST(OptimizerAffine, MulAndSubAfterBatchNormFoldIntoIt) {
+  auto bn_input = [] {
+    Builder b;
+    b.input("X", {1, 4, 6, 6});
+    b.init("scale", random_tensor({4}, 1));
+    b.init("bias", random_tensor({4}, 2));
+    b.init("mean", random_tensor({4}, 3));
+    b.init("var", random_tensor({4}, 4, 0.5f, 2.f));
+    return b;
+  };
+  Builder b = bn_input();
+  b.init("k", random_tensor({4, 1, 1}, 5));
+  b.init("s", scalar_f(0.25f));
+  b.node("BatchNormalization", {"X", "scale", "bias", "mean", "var"}, {"N"}, {attr("epsilon", 1e-3f)}, "bn1");
+  b.node("Mul", {"k", "N"}, {"M"});
+  b.node("Sub", {"M", "s"}, {"Y"});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 1);
+  EXPECT_EQ(report_of(*s).fusions.at("BatchNormalization+Mul/Add"), 2);
+  const Graph& g = *s->model().graph;
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "BatchNormalization");
+  EXPECT_EQ(g.values[size_t(g.nodes[0].outputs[0])].name, "Y");
+  expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 4, 6, 6}, 9)}});
+  // A constant along the last axis of a [1,4,6,6] tensor is not per channel: left alone.
+  Builder b2 = bn_input();
+  b2.init("w", random_tensor({6}, 5));
+  b2.node("BatchNormalization", {"X", "scale", "bias", "mean", "var"}, {"N"}, {}, "bn1");
+  b2.node("Mul", {"N", "w"}, {"Y"});
+  b2.output("Y");
+  std::string bytes2 = b2.bytes();
+  auto s2 = open(bytes2, 1);
+  EXPECT_TRUE(rejected_with(report_of(*s2), "BatchNormalization+Mul/Add", "neither a scalar nor one value per output channel"));
+  EXPECT_EQ(count_ops(*s2->model().graph, "Mul"), 1);
+  expect_same_outputs(bytes2, 1, {{"X", random_tensor({1, 4, 6, 6}, 9)}});
+}
+
 // Spelled-out HardSwish after a conv: x * Clip(x + 3, 0, 6) / 6 (Clip-11 bounds as inputs).
 Builder conv_hardswish(float three, bool extra_consumer) {
   Builder b;
