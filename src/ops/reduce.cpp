@@ -1,10 +1,12 @@
 // Reference kernels: reductions, softmax family, normalizations, losses, Einsum, Det.
 #include "ops/common.hpp"
 
+#include "kernels/activation.hpp"
 #include "kernels/eltwise.hpp"
 #include "runtime/thread_pool.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -678,15 +680,19 @@ void register_norms(OpRegistry& r) {
     });
   });
 
-  // BatchNormalization
-  for (int v : {1, 6, 7, 9, 14, 15}) {
-    r.add("BatchNormalization", v, [](const Node& n) {
+  // BatchNormalization, and basalt::FusedBatchNormalization (inference BN, then an activation:
+  // docs/fused_ops.md), applied to each plane while it is in L1.
+  auto make_bn = [](const Node& n, bool fused) -> std::unique_ptr<OpKernel> {
       float eps = n.attr_float("epsilon", 1e-5f);
       float momentum = n.attr_float("momentum", 0.9f);
-      bool training = n.opset >= 14 && n.attr_int("training_mode", 0) != 0;
-      if (n.opset < 9 && n.attr_int("spatial", 1) == 0)
+      bool training = !fused && n.opset >= 14 && n.attr_int("training_mode", 0) != 0;
+      if (!fused && n.opset < 9 && n.attr_int("spatial", 1) == 0)
         n.fail(ErrorCode::Unsupported, "spatial=0 is not supported");
-      int opset = n.opset;
+      int opset = fused ? 15 : n.opset;
+      kernels::Activation act;
+      std::string err;
+      if (fused && !kernels::parse_activation(n.attr_string("activation", ""), n.attr_floats("activation_params", {}), act, &err))
+        n.fail(ErrorCode::Unsupported, err);
       return std::make_unique<BatchNormKernel>(eps, training, [=](KernelContext& ctx, const BnFolded* folded) {
         const Tensor& x = ctx.input(0);
         require_float(ctx, 0, x.dtype());
@@ -713,11 +719,27 @@ void register_norms(OpRegistry& r) {
           const float* px = x.data<float>();
           float* py = y.data<float>();
           const kernels::VecOps& k = kernels::vec_ops();
-          const int64_t grain = S > 0 ? std::max<int64_t>(1, kernels::eltwise_grain(1) / S) : 1;
+          // The activation as the standalone op's row kernel (the same semantics as that op).
+          kernels::UnaryOp act_op = kernels::UnaryOp::Relu;
+          kernels::UnaryParams act_params;
+          act_params.alpha = act.a;
+          act_params.beta = act.b;
+          switch (act.kind) {
+            case kernels::ActKind::LeakyRelu: act_op = kernels::UnaryOp::LeakyRelu; break;
+            case kernels::ActKind::Clip: act_op = kernels::UnaryOp::Clip; break;
+            case kernels::ActKind::HardSigmoid: act_op = kernels::UnaryOp::HardSigmoid; break;
+            case kernels::ActKind::HardSwish: act_op = kernels::UnaryOp::HardSwish; break;
+            case kernels::ActKind::Sigmoid: act_op = kernels::UnaryOp::Sigmoid; break;
+            case kernels::ActKind::Tanh: act_op = kernels::UnaryOp::Tanh; break;
+            default: break;
+          }
+          const bool has_act = act.kind != kernels::ActKind::None;
+          const int64_t grain = S > 0 ? std::max<int64_t>(1, kernels::eltwise_grain(has_act ? 2 : 1) / S) : 1;
           parallel_for(ctx.pool(), N * C, grain, [&](int64_t b, int64_t e) {
             for (int64_t p = b; p < e; ++p) {
               size_t c = size_t(p % C);
               k.affine(px + p * S, py + p * S, S, s[c], t[c]);
+              if (has_act) k.unary(act_op, act_params, py + p * S, py + p * S, S);
             }
           });
           return;
@@ -751,6 +773,7 @@ void register_norms(OpRegistry& r) {
             for (int64_t k = 0; k < S; ++k) {
               size_t i = size_t((b * C + c) * S + k);
               ys[i] = (xs[i] - use_mean[size_t(c)]) * inv * sc[size_t(c)] + bi[size_t(c)];
+              if (act.kind != kernels::ActKind::None) ys[i] = double(kernels::apply_activation(act, float(ys[i])));
             }
           }
         from_dvec(ctx.output(0, x.dtype(), x.shape()), ys);
@@ -769,8 +792,9 @@ void register_norms(OpRegistry& r) {
                                                    (opset < 14 ? " (not supported before opset 14)" : ""));
         }
       });
-    });
-  }
+  };
+  for (int v : {1, 6, 7, 9, 14, 15}) r.add("BatchNormalization", v, [=](const Node& n) { return make_bn(n, false); });
+  r.add("basalt", "FusedBatchNormalization", 1, INT_MAX, [=](const Node& n) { return make_bn(n, true); });
 
   // InstanceNormalization
   for (int v : {1, 6}) {

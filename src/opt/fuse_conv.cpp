@@ -1,6 +1,7 @@
 // Conv fusions: Conv+BatchNormalization folded into the Conv's weights (Basic, standard op),
-// Conv (+ residual Add) + activation -> basalt::FusedConv and Gemm + activation ->
-// basalt::FusedMatMul (Extended). The fused ops are specified in docs/fused_ops.md.
+// Conv (+ residual Add) + activation -> basalt::FusedConv, Gemm + activation ->
+// basalt::FusedMatMul and inference BatchNormalization + activation ->
+// basalt::FusedBatchNormalization (Extended). The fused ops are specified in docs/fused_ops.md.
 #include "ops/kernel.hpp"
 #include "opt/passes.hpp"
 
@@ -272,6 +273,39 @@ void fuse_conv_activation(PassContext& ctx) {
   if (any) compact(g, dead);
 }
 
+namespace {
+
+// The activation node that alone reads `producer`'s output y (not captured by a subgraph), or -1;
+// when an activation reads y among other readers, the candidate is rejected as `<kind>+activation`.
+int sole_activation_reader(PassContext& ctx, const GraphIndex& idx, const Node& producer, int y, const char* kind) {
+  const Graph& g = ctx.graph;
+  int next = idx.sole_consumer(y);
+  if (next >= 0 && !idx.captured(y) && is_activation(g.nodes[size_t(next)])) return next;
+  bool act_reader = false;
+  for (int c : idx.consumers(y)) act_reader |= is_activation(g.nodes[size_t(c)]);
+  if (act_reader) ctx.reject(std::string(kind) + "+activation", producer, consumers_reason(idx, y, kind));
+  return -1;
+}
+
+// Activation node `act` becomes basalt::<op> (version 1) named `name` over `inputs`, keeping its
+// output; `attrs` first, then activation / activation_params.
+void become_fused(Node& act, const char* op, std::string name, std::vector<int> inputs, std::vector<Attribute> attrs,
+                  const std::vector<float>& params) {
+  std::string act_type = act.op_type;
+  act.op_type = op;
+  act.domain = "basalt";
+  act.opset = 1;
+  act.name = std::move(name);
+  act.inputs = std::move(inputs);
+  act.attrs.clear();
+  act.outputs.resize(1);
+  for (auto& a : attrs) set_attr(act, std::move(a));
+  set_attr(act, make_attr_string("activation", act_type));
+  if (!params.empty()) set_attr(act, make_attr_floats("activation_params", params));
+}
+
+}  // namespace
+
 void fuse_gemm_activation(PassContext& ctx) {
   Graph& g = ctx.graph;
   bool have_kernel = kernel_registered("FusedMatMul");
@@ -281,14 +315,8 @@ void fuse_gemm_activation(PassContext& ctx) {
   for (size_t gi = 0; gi < g.nodes.size(); ++gi) {
     const Node& gemm = g.nodes[gi];
     if (!is_op(gemm, "Gemm") || gemm.outputs.empty() || gemm.outputs[0] < 0 || gemm.inputs.size() < 2) continue;
-    int y = gemm.outputs[0];
-    int next = idx.sole_consumer(y);
-    if (next < 0 || idx.captured(y) || !is_activation(g.nodes[size_t(next)])) {
-      bool act_reader = false;
-      for (int c : idx.consumers(y)) act_reader |= is_activation(g.nodes[size_t(c)]);
-      if (act_reader) ctx.reject("Gemm+activation", gemm, consumers_reason(idx, y, "Gemm"));
-      continue;
-    }
+    int next = sole_activation_reader(ctx, idx, gemm, gemm.outputs[0], "Gemm");
+    if (next < 0) continue;
     Node& act = g.nodes[size_t(next)];
     std::string pattern = "Gemm+" + act.op_type;
     std::vector<float> params;
@@ -333,19 +361,51 @@ void fuse_gemm_activation(PassContext& ctx) {
     int64_t ta = gemm.attr_int("transA", 0), tb = gemm.attr_int("transB", 0);
     float alpha = gemm.attr_float("alpha", 1.0f);
     dead[gi] = true;
-    std::string act_type = act.op_type;
-    act.op_type = "FusedMatMul";
-    act.domain = "basalt";
-    act.opset = 1;
-    act.name = name;
-    act.inputs = std::move(inputs);
-    act.attrs.clear();
-    act.outputs.resize(1);
-    set_attr(act, make_attr_int("transA", ta));
-    set_attr(act, make_attr_int("transB", tb));
-    set_attr(act, make_attr_float("alpha", alpha));
-    set_attr(act, make_attr_string("activation", act_type));
-    if (!params.empty()) set_attr(act, make_attr_floats("activation_params", params));
+    become_fused(act, "FusedMatMul", name, std::move(inputs),
+                 {make_attr_int("transA", ta), make_attr_int("transB", tb), make_attr_float("alpha", alpha)}, params);
+    ctx.applied(pattern);
+    any = true;
+  }
+  if (any) compact(g, dead);
+}
+
+void fuse_bn_activation(PassContext& ctx) {
+  Graph& g = ctx.graph;
+  bool have_kernel = kernel_registered("FusedBatchNormalization");
+  GraphIndex idx(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  bool any = false;
+  for (size_t bi = 0; bi < g.nodes.size(); ++bi) {
+    const Node& bn = g.nodes[bi];
+    if (!is_op(bn, "BatchNormalization") || bn.outputs.size() != 1 || bn.outputs[0] < 0 || bn.inputs.size() != 5)
+      continue;
+    int next = sole_activation_reader(ctx, idx, bn, bn.outputs[0], "BatchNormalization");
+    if (next < 0) continue;
+    Node& act = g.nodes[size_t(next)];
+    std::string pattern = "BatchNormalization+" + act.op_type;
+    std::vector<float> params;
+    std::string why;
+    if (bn.opset >= 14 && bn.attr_int("training_mode", 0) != 0) {
+      ctx.reject(pattern, bn, "training mode");
+      continue;
+    }
+    if (bn.opset < 9 && bn.attr_int("spatial", 1) == 0) {
+      ctx.reject(pattern, bn, "spatial=0");
+      continue;
+    }
+    if (!activation_params(g, act, params, why)) {
+      ctx.reject(pattern, bn, why);
+      continue;
+    }
+    if (!have_kernel) {
+      ctx.reject(pattern, bn, "no basalt::FusedBatchNormalization kernel is registered");
+      continue;
+    }
+    std::vector<int> inputs = bn.inputs;
+    std::string name = bn.name;
+    float eps = bn.attr_float("epsilon", 1e-5f);
+    dead[bi] = true;
+    become_fused(act, "FusedBatchNormalization", name, std::move(inputs), {make_attr_float("epsilon", eps)}, params);
     ctx.applied(pattern);
     any = true;
   }

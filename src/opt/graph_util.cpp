@@ -308,7 +308,8 @@ StaticShapes infer_static_shapes(const Graph& g) {
     Shape s;
     bool ok = false;
     try {
-      if (std_domain && std::find(std::begin(kSame), std::end(kSame), op) != std::end(kSame)) {
+      if ((std_domain && std::find(std::begin(kSame), std::end(kSame), op) != std::end(kSame)) ||
+          (n.domain == "basalt" && op == "FusedBatchNormalization")) {
         if (!n.inputs.empty() && have[0]) {
           s = in[0];
           ok = true;

@@ -151,10 +151,13 @@ std::vector<int> in_place_inputs(const Node& n, std::span<const std::pair<DType,
       "Exp",  "Sqrt",      "Erf",     "Reciprocal",  "Abs",       "Neg"};
   static const std::unordered_set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
   std::vector<int> r;
-  if (!n.domain.empty() && n.domain != "ai.onnx") return r;
+  // basalt::FusedBatchNormalization: BatchNormalization's kernel, then its activation per plane.
+  const bool fused_bn = n.domain == "basalt" && n.op_type == "FusedBatchNormalization";
+  if (!n.domain.empty() && n.domain != "ai.onnx" && !fused_bn) return r;
   if (out.first != DType::Float || n.outputs.empty()) return r;
   auto same = [&](size_t k) { return k < in.size() && in[k].first == out.first && in[k].second == out.second; };
-  const std::string& op = n.op_type;
+  static const std::string kBatchNorm = "BatchNormalization";
+  const std::string& op = fused_bn ? kBatchNorm : n.op_type;
   if (unary.count(op) || op == "Softmax" || op == "LogSoftmax" || op == "BatchNormalization" ||
       op == "LayerNormalization") {
     if (!same(0)) return r;

@@ -723,18 +723,20 @@ TEST(OptimizerAffine, SubAndDivByAConstantFoldButNotASpatialConstantOrZero) {
   }
 }
 
+// X[1,4,6,6] and the four [4] parameters of a BatchNormalization over it.
+Builder bn_input() {
+  Builder b;
+  b.input("X", {1, 4, 6, 6});
+  b.init("scale", random_tensor({4}, 1));
+  b.init("bias", random_tensor({4}, 2));
+  b.init("mean", random_tensor({4}, 3));
+  b.init("var", random_tensor({4}, 4, 0.5f, 2.f));
+  return b;
+}
+
 // X[1,4,6,6] -> BatchNormalization -> Mul(per-channel [4,1,1]) -> Sub(scalar) -> Y, as DenseNet's
 // pre-activation blocks spell it: both fold into the BN's scale and B.
 TEST(OptimizerAffine, MulAndSubAfterBatchNormFoldIntoIt) {
-  auto bn_input = [] {
-    Builder b;
-    b.input("X", {1, 4, 6, 6});
-    b.init("scale", random_tensor({4}, 1));
-    b.init("bias", random_tensor({4}, 2));
-    b.init("mean", random_tensor({4}, 3));
-    b.init("var", random_tensor({4}, 4, 0.5f, 2.f));
-    return b;
-  };
   Builder b = bn_input();
   b.init("k", random_tensor({4, 1, 1}, 5));
   b.init("s", scalar_f(0.25f));
@@ -761,6 +763,33 @@ TEST(OptimizerAffine, MulAndSubAfterBatchNormFoldIntoIt) {
   EXPECT_TRUE(rejected_with(report_of(*s2), "BatchNormalization+Mul/Add", "neither a scalar nor one value per output channel"));
   EXPECT_EQ(count_ops(*s2->model().graph, "Mul"), 1);
   expect_same_outputs(bytes2, 1, {{"X", random_tensor({1, 4, 6, 6}, 9)}});
+}
+
+// BatchNormalization -> Clip(constant bounds) -> basalt::FusedBatchNormalization at Extended, whose
+// output shape the static shape inference knows (the memory planner needs it).
+TEST(OptimizerAffine, BatchNormActivationBecomesFusedBatchNormalization) {
+  Builder b = bn_input();
+  b.init("lo", scalar_f(-0.5f));
+  b.init("hi", scalar_f(0.75f));
+  b.node("BatchNormalization", {"X", "scale", "bias", "mean", "var"}, {"N"}, {attr("epsilon", 1e-3f)}, "bn1");
+  b.node("Clip", {"N", "lo", "hi"}, {"Y"});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 2);
+  EXPECT_EQ(report_of(*s).fusions.at("BatchNormalization+Clip"), 1);
+  const Graph& g = *s->model().graph;
+  ASSERT_EQ(g.nodes.size(), 1u);
+  EXPECT_EQ(g.nodes[0].op_type, "FusedBatchNormalization");
+  EXPECT_EQ(g.nodes[0].name, "bn1");
+  EXPECT_EQ(g.nodes[0].attr_string("activation", ""), "Clip");
+  EXPECT_EQ(g.nodes[0].attr_floats("activation_params"), (Floats{-0.5f, 0.75f}));
+  Shape ys;
+  EXPECT_TRUE(infer_static_shapes(g).get(g.nodes[0].outputs[0], ys));
+  EXPECT_EQ(ys, (Shape{1, 4, 6, 6}));
+  expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 4, 6, 6}, 9)}});
+  // Basic level: standard ops only.
+  auto basic = open(bytes, 1);
+  EXPECT_EQ(count_ops(*basic->model().graph, "BatchNormalization"), 1);
 }
 
 // Spelled-out HardSwish after a conv: x * Clip(x + 3, 0, 6) / 6 (Clip-11 bounds as inputs).
