@@ -534,6 +534,7 @@ py::dict plan_memory(const PySession& ps, const std::map<std::string, std::vecto
   d["peak_bytes"] = r.peak_bytes;
   d["planned_tensors"] = r.planned_tensors;
   d["in_place_tensors"] = r.in_place_tensors;
+  d["concat_in_place"] = r.concat_in_place;
   d["dynamic_values"] = r.dynamic_values;
   return d;
 }

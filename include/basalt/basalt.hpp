@@ -93,6 +93,7 @@ struct MemoryPlanReport {
   uint64_t peak_bytes = 0;            // weights + packed + arena + inputs + outputs
   int planned_tensors = 0, aliased_tensors = 0;
   int in_place_tensors = 0;           // planned tensors written over their input's block
+  int concat_in_place = 0;            // Concats whose inputs are written at their place in the output
   std::vector<std::string> dynamic_values;  // sizes that depend on data: not in peak_bytes
 };
 

@@ -811,10 +811,20 @@ void register_tensor_ops(OpRegistry& r) {
         uint8_t* o = static_cast<uint8_t*>(y.raw());
         const size_t orow_bytes = size_t(orow) * es;
         std::vector<std::pair<const uint8_t*, size_t>> pieces;  // (input data, bytes per outer row)
+        // With one outer row, the memory plan may have had the producers write each input at its
+        // place in the output already (runtime/planner.cpp, "Concat in place"): nothing to copy.
+        bool all_in_place = outer == 1;
+        size_t at = 0;
         for (int i = 0; i < ni; ++i) {
           const Tensor& xi = ctx.input(i);
-          pieces.push_back({static_cast<const uint8_t*>(xi.raw()), size_t(xi.dim(a) * inner) * es});
+          const size_t bytes = size_t(xi.dim(a) * inner) * es;
+          const uint8_t* src = static_cast<const uint8_t*>(xi.raw());
+          if (outer == 1 && src == o + at) src = nullptr;  // in place: skipped below
+          else all_in_place = false;
+          pieces.push_back({src, bytes});
+          at += bytes;
         }
+        if (all_in_place) return;
         constexpr size_t kRange = 65536;
         const int64_t ranges = int64_t((orow_bytes + kRange - 1) / kRange);
         const int64_t grain = std::max<int64_t>(1, int64_t(kRange / std::min(orow_bytes, kRange)));
@@ -826,7 +836,7 @@ void register_tensor_ops(OpRegistry& r) {
             size_t col = 0;
             for (const auto& [src, bytes] : pieces) {
               const size_t s0 = std::max(lo, col), s1 = std::min(hi, col + bytes);
-              if (s0 < s1) std::memcpy(row + s0, src + size_t(b) * bytes + (s0 - col), s1 - s0);
+              if (s0 < s1 && src) std::memcpy(row + s0, src + size_t(b) * bytes + (s0 - col), s1 - s0);
               col += bytes;
               if (col >= hi) break;
             }

@@ -342,16 +342,70 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
       }
     }
   }
-  // One block per host, live from the host's producer to the end of the last value it holds.
-  std::vector<int> block_end(V, -1);
+  // Concat in place: when a Concat's pieces are contiguous byte ranges of its output (every dim
+  // before the axis is 1: NCHW along C with N = 1) and every input is a planned tensor whose last
+  // use is this Concat, the inputs' producers write straight into their ranges of the output's
+  // block and the Concat copies nothing (its kernel skips a piece already in place). Chains nest:
+  // DenseNet's Concat of a Concat puts a whole dense block in the last Concat's block.
+  // sub[v]: v's byte offset inside its host's block.
+  std::vector<uint64_t> sub(V, 0);
+  if (in_place) {
+    std::vector<int> hosts;
+    for (int ni = 0; ni < N; ++ni) {
+      const Node& n = g.nodes[size_t(ni)];
+      if (!n.domain.empty() || n.op_type != "Concat" || n.outputs.size() != 1 || n.inputs.size() < 2) continue;
+      const int o = n.outputs[0];
+      if (o < 0 || !planned[size_t(o)] || host[size_t(o)] != o) continue;
+      const MemoryPlan::Slot& os = plan.value_slot[size_t(o)];
+      int64_t axis = attr_or(n, "axis", 1);
+      if (axis < 0) axis += int64_t(os.shape.size());
+      if (axis < 0 || axis >= int64_t(os.shape.size())) continue;
+      bool ok = true;
+      for (int64_t d = 0; d < axis; ++d) ok = ok && os.shape[size_t(d)] == 1;
+      // Each input: planned, alone in a block of its own size (possibly shared with the in-place
+      // chain that produced it), last used here, not a repeat of another input.
+      uint64_t at = 0;
+      hosts.clear();
+      for (size_t k = 0; ok && k < n.inputs.size(); ++k) {
+        const int x = n.inputs[k];
+        if (x < 0 || !planned[size_t(x)] || group_end[size_t(uf.find(x))] != ni) {
+          ok = false;
+          break;
+        }
+        const MemoryPlan::Slot& xs = plan.value_slot[size_t(x)];
+        const int h = host[size_t(x)];
+        ok = xs.dtype == os.dtype && h >= 0 && host[size_t(h)] == h && sub[size_t(x)] == 0 &&
+             plan.value_slot[size_t(h)].bytes == xs.bytes && std::find(hosts.begin(), hosts.end(), h) == hosts.end() &&
+             at % kArenaAlign == 0;  // kernels may rely on 64-byte aligned tensors
+        hosts.push_back(h);
+        at += xs.bytes;
+      }
+      if (!ok || at != os.bytes) continue;
+      at = 0;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const int h = hosts[k];
+        for (size_t v = 0; v < V; ++v)
+          if (host[v] == h) {  // v sits at sub[v] in h's block, which goes to `at` in o's
+            host[v] = o;
+            sub[v] += at;
+          }
+        at += plan.value_slot[size_t(n.inputs[k])].bytes;
+      }
+      ++plan.concat_in_place;
+    }
+  }
+  // One block per host, live from the first producer of a value it holds to the end of the last.
+  std::vector<int> block_end(V, -1), block_start(V, N);
   for (size_t v = 0; v < V; ++v)
-    if (host[v] >= 0)
+    if (host[v] >= 0) {
       block_end[size_t(host[v])] = std::max({block_end[size_t(host[v])], def[v], plan.reserved_until[v]});
+      block_start[size_t(host[v])] = std::min(block_start[size_t(host[v])], def[v]);
+    }
   std::vector<size_t> block_of(V, ~size_t(0));
   for (size_t v = 0; v < V; ++v) {
     if (host[v] != int(v)) continue;
     block_of[v] = blocks.size();
-    blocks.push_back({std::max<uint64_t>(plan.value_slot[v].bytes, 1), def[v], block_end[v]});
+    blocks.push_back({std::max<uint64_t>(plan.value_slot[v].bytes, 1), block_start[v], block_end[v]});
     owner.push_back({false, v});
   }
   std::vector<Shape> shapes;
@@ -381,7 +435,7 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
   for (size_t b = 0; b < blocks.size(); ++b)
     if (owner[b].first) plan.workspace_slot[owner[b].second].offset = off[b];
   for (size_t v = 0; v < V; ++v)
-    if (host[v] >= 0) plan.value_slot[v].offset = off[block_of[size_t(host[v])]];
+    if (host[v] >= 0) plan.value_slot[v].offset = off[block_of[size_t(host[v])]] + sub[v];
   plan.arena_bytes = total;
   plan.peak_bytes = weights_bytes + packed_weights_bytes + plan.arena_bytes + plan.inputs_bytes + plan.outputs_bytes;
   return plan;

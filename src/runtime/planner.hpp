@@ -74,6 +74,7 @@ struct MemoryPlan {
   uint64_t peak_bytes = 0;           // weights + packed + arena + inputs + outputs
   int planned_tensors = 0, aliased_tensors = 0;
   int in_place_tensors = 0;          // planned tensors that reuse their input's block
+  int concat_in_place = 0;           // Concats whose inputs are written into the output's block
   std::vector<std::string> dynamic_values;  // names of values whose size depends on data
   std::vector<std::string> dynamic_outputs; // graph outputs among them
 };

@@ -487,6 +487,7 @@ MemoryPlanReport Session::plan_memory(const std::map<std::string, Shape>& shapes
   r.planned_tensors = p->planned_tensors;
   r.aliased_tensors = p->aliased_tensors;
   r.in_place_tensors = p->in_place_tensors;
+  r.concat_in_place = p->concat_in_place;
   r.dynamic_values = p->dynamic_values;
   return r;
 }

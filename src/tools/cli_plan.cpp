@@ -71,6 +71,7 @@ int cmd_plan(const std::vector<std::string>& args) {
     j["planned_tensors"] = r.planned_tensors;
     j["aliased_tensors"] = r.aliased_tensors;
     j["in_place_tensors"] = r.in_place_tensors;
+    j["concat_in_place"] = r.concat_in_place;
     j["dynamic_tensors"] = r.dynamic_values.size();
     j["dynamic_values"] = r.dynamic_values;
     j["memory_limit"] = opts.memory_limit;
@@ -80,9 +81,9 @@ int cmd_plan(const std::vector<std::string>& args) {
     std::string sig;
     for (auto& [n, s] : shapes) sig += (sig.empty() ? "" : " ") + n + "=" + shape_str(s);
     std::printf("plan for %s\n", sig.c_str());
-    std::printf("  arena      %12llu bytes  %s  (%d tensors, %s before reuse, %d in place; %d views need none)\n",
+    std::printf("  arena      %12llu bytes  %s  (%d tensors, %s before reuse, %d in place, %d Concats in place; %d views need none)\n",
                 (unsigned long long)r.arena_bytes, mb(r.arena_bytes).c_str(), r.planned_tensors,
-                mb(r.tensor_bytes).c_str(), r.in_place_tensors, r.aliased_tensors);
+                mb(r.tensor_bytes).c_str(), r.in_place_tensors, r.concat_in_place, r.aliased_tensors);
     std::printf("  workspace  %12llu bytes  %s  (largest; inside the arena)\n", (unsigned long long)r.workspace_bytes,
                 mb(r.workspace_bytes).c_str());
     std::printf("  inputs     %12llu bytes  %s\n", (unsigned long long)r.inputs_bytes, mb(r.inputs_bytes).c_str());
