@@ -40,7 +40,7 @@ const GemmArch kAvx2{Isa::Avx2, 6, 16, sgemm_ukernel_avx2, false, false, epilogu
 const GemmArch kAvx512{Isa::Avx512, 6, 64, sgemm_ukernel_avx512, true, true, epilogue_tile_avx512};
 
 // K block: a B panel slice (kc x nr floats, 32 KB) stays in L1 while the A panels of a tile stream by.
-int64_t k_block(const GemmArch& g) { return std::max<int64_t>(64, 16384 / g.nr); }
+int64_t k_block(const GemmArch& g) { return std::max<int64_t>(64, 8192 / g.nr); }
 constexpr int64_t MC_ROWS = 96;   // rows of C per tile (A block of MC x KC in L2)
 constexpr int64_t NC_COLS = 256;  // columns of C per tile
 // Operands larger than these are prefetched by the microkernel (see sgemm).
