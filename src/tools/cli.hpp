@@ -24,6 +24,13 @@ struct InputSpec {
   uint64_t seed = 0;
 };
 
+// The word after option args[i] ("--iters 5": "5"), advancing i to it; a missing one is a
+// UsageError naming the option ("--iters needs a value").
+inline const std::string& next_value(const std::vector<std::string>& args, size_t& i) {
+  if (i + 1 >= args.size()) throw UsageError(args[i] + " needs a value");
+  return args[++i];
+}
+
 // Parses an integer option value; a UsageError names the option when `s` is not an integer or
 // is below `lo` ("--threads must be >= 1").
 int64_t parse_int_arg(const std::string& opt, const std::string& s, int64_t lo = INT64_MIN);

@@ -87,16 +87,12 @@ int cmd_bench(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (parse_input_option(args, i, spec) || parse_session_option(args, i, opts)) continue;
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-      return args[++i];
-    };
     if (a == "--warmup") {
-      warmup = parse_int_arg(a, value(), 0);
+      warmup = parse_int_arg(a, next_value(args, i), 0);
     } else if (a == "--iters") {
-      iters = parse_int_arg(a, value(), 1);
+      iters = parse_int_arg(a, next_value(args, i), 1);
     } else if (a == "--concurrency") {
-      concurrency = parse_int_arg(a, value(), 1);
+      concurrency = parse_int_arg(a, next_value(args, i), 1);
       if (concurrency > 1024) throw UsageError("--concurrency must be <= 1024");
       concurrency_given = true;
     } else if (a == "--json") {

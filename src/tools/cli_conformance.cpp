@@ -176,17 +176,13 @@ int cmd_conformance(const std::vector<std::string>& args, const char* argv0) {
   double timeout = 120;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-      return args[++i];
-    };
-    if (a == "--json") json_path = value();
-    else if (a == "--expected-failures") expected_path = value();
-    else if (a == "--filter") filter = value();
+    if (a == "--json") json_path = next_value(args, i);
+    else if (a == "--expected-failures") expected_path = next_value(args, i);
+    else if (a == "--filter") filter = next_value(args, i);
     else if (a == "--run-expected") run_expected = true;
     else if (a == "--no-fork") fork_tests = false;
     else if (a == "--verbose" || a == "-v") verbose = true;
-    else if (a == "--timeout") timeout = std::stod(value());
+    else if (a == "--timeout") timeout = std::stod(next_value(args, i));
     else if (!a.empty() && a[0] == '-') throw UsageError("unknown option '" + a + "'");
     else paths.push_back(a);
   }

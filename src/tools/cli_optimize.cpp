@@ -99,14 +99,10 @@ int cmd_optimize(const std::vector<std::string>& args) {
   InputSpec spec;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-      return args[++i];
-    };
     if (a == "-o" || a == "--output") {
-      out_path = value();
+      out_path = next_value(args, i);
     } else if (a == "--level") {
-      std::string l = value();
+      std::string l = next_value(args, i);
       try {
         oo.level = parse_opt_level(l);
       } catch (const Error& e) {
@@ -121,7 +117,7 @@ int cmd_optimize(const std::vector<std::string>& args) {
     } else if (a == "--check") {
       check = true;
     } else if (a == "--tol") {
-      std::string s = value();
+      std::string s = next_value(args, i);
       try {
         tol = std::stod(s);
       } catch (const std::exception&) {

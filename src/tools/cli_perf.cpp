@@ -89,27 +89,23 @@ int perf_shapes(const std::vector<std::string>& args) {
   int64_t repeat = 3;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-      return args[++i];
-    };
     // `--input` names the resized input here (before parse_input_option, whose --input is NAME=FILE).
     if (a == "--input") {
-      input = value();
+      input = next_value(args, i);
       if (input.empty() || input.find('=') != std::string::npos)
         throw UsageError("--input takes the NAME of the [1,3,H,W] input, got '" + input + "'");
     } else if (parse_input_option(args, i, spec)) {
       continue;
     } else if (a == "--sizes") {
-      std::stringstream ss(value());
+      std::stringstream ss(next_value(args, i));
       std::string part;
       while (std::getline(ss, part, ',')) sizes.push_back(parse_hw(part));
     } else if (a == "--repeat") {
-      repeat = parse_int_arg(a, value(), 1);
+      repeat = parse_int_arg(a, next_value(args, i), 1);
     } else if (a == "--plan-cache-entries") {
-      opts.plan_cache_entries = size_t(parse_int_arg(a, value(), 0));
+      opts.plan_cache_entries = size_t(parse_int_arg(a, next_value(args, i), 0));
     } else if (a == "--threads") {
-      opts.threads = int(parse_int_arg(a, value(), 1));
+      opts.threads = int(parse_int_arg(a, next_value(args, i), 1));
     } else {
       take_model_arg(a, model);
     }
@@ -222,14 +218,10 @@ int perf_switch(const std::vector<std::string>& args) {
   std::vector<SwitchModel> models;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-      return args[++i];
-    };
     if (a == "--cycles") {
-      cycles = parse_int_arg(a, value(), 1);
+      cycles = parse_int_arg(a, next_value(args, i), 1);
     } else if (a == "--threads") {
-      opts.threads = int(parse_int_arg(a, value(), 1));
+      opts.threads = int(parse_int_arg(a, next_value(args, i), 1));
     } else if (!a.empty() && a[0] == '-') {
       throw UsageError("unknown option '" + a + "'");
     } else {

@@ -39,18 +39,14 @@ int cmd_profile(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (parse_input_option(args, i, spec) || parse_session_option(args, i, opts)) continue;
-    auto value = [&]() -> std::string {
-      if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-      return args[++i];
-    };
     if (a == "--iters") {
-      iters = parse_int_arg(a, value(), 1);
+      iters = parse_int_arg(a, next_value(args, i), 1);
     } else if (a == "--warmup") {
-      warmup = parse_int_arg(a, value(), 0);
+      warmup = parse_int_arg(a, next_value(args, i), 0);
     } else if (a == "--top") {
-      top = parse_int_arg(a, value(), 1);
+      top = parse_int_arg(a, next_value(args, i), 1);
     } else if (a == "--profile") {
-      opts.profile_path = value();
+      opts.profile_path = next_value(args, i);
       if (opts.profile_path.empty()) throw UsageError("--profile needs a file name");
     } else {
       take_model_arg(a, model);

@@ -51,15 +51,11 @@ static double parse_double(const std::string& opt, const std::string& s) {
 
 bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSpec& spec) {
   const std::string& a = args[i];
-  auto value = [&]() -> std::string {
-    if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-    return args[++i];
-  };
   if (a == "--input") {
-    auto [n, f] = split_last_eq(a, value());
+    auto [n, f] = split_last_eq(a, next_value(args, i));
     spec.files[n] = f;
   } else if (a == "--shape") {
-    auto [n, s] = split_last_eq(a, value());
+    auto [n, s] = split_last_eq(a, next_value(args, i));
     Shape shape;
     if (!s.empty()) {
       std::stringstream ss(s);
@@ -77,17 +73,17 @@ bool parse_input_option(const std::vector<std::string>& args, size_t& i, InputSp
     }
     spec.shapes[n] = shape;
   } else if (a == "--dim") {
-    auto [n, v] = split_last_eq(a, value());
+    auto [n, v] = split_last_eq(a, next_value(args, i));
     int64_t d = parse_int_arg(a, v);
     if (d < 0) throw UsageError(a + ": negative value for " + n);
     spec.dims[n] = d;
   } else if (a == "--fill") {
-    auto [n, f] = split_last_eq(a, value());
+    auto [n, f] = split_last_eq(a, next_value(args, i));
     if (!(f == "zeros" || f.rfind("const:", 0) == 0 || f.rfind("int:", 0) == 0 || f.rfind("uniform:", 0) == 0))
       throw UsageError(a + ": fill must be zeros, const:V, int:LO,HI or uniform:A,B; got '" + f + "'");
     spec.fills[n] = f;
   } else if (a == "--seed") {
-    spec.seed = uint64_t(parse_int_arg(a, value()));
+    spec.seed = uint64_t(parse_int_arg(a, next_value(args, i)));
   } else {
     return false;
   }
@@ -247,28 +243,24 @@ static double peak_rss_mb() {
 
 bool parse_session_option(const std::vector<std::string>& args, size_t& i, SessionOptions& opts) {
   const std::string& a = args[i];
-  auto value = [&]() -> const std::string& {
-    if (i + 1 >= args.size()) throw UsageError(a + " needs a value");
-    return args[++i];
-  };
   if (a == "--threads") {
-    opts.threads = int(parse_int_arg(a, value(), 1));
+    opts.threads = int(parse_int_arg(a, next_value(args, i), 1));
   } else if (a == "--memory-limit") {
     if (i + 1 >= args.size()) throw UsageError("--memory-limit needs a value in bytes");
-    opts.memory_limit = uint64_t(parse_int_arg(a, value(), 0));
+    opts.memory_limit = uint64_t(parse_int_arg(a, next_value(args, i), 0));
   } else if (a == "--no-arena") {
     opts.memory_plan = false;
   } else if (a == "--opt-level") {
-    const std::string& v = value();
+    const std::string& v = next_value(args, i);
     try {
       opts.optimization_level = int(parse_opt_level(v));
     } catch (const Error&) {
       throw UsageError("--opt-level must be none, basic, extended or all (or 0..3), got '" + v + "'");
     }
   } else if (a == "--spin-us") {
-    opts.spin_us = int(parse_int_arg(a, value(), 0));
+    opts.spin_us = int(parse_int_arg(a, next_value(args, i), 0));
   } else if (a == "--dynamic-pool-bytes") {
-    opts.dynamic_pool_bytes = uint64_t(parse_int_arg(a, value(), 0));
+    opts.dynamic_pool_bytes = uint64_t(parse_int_arg(a, next_value(args, i), 0));
   } else {
     return false;
   }
@@ -289,8 +281,7 @@ int cmd_run(const std::vector<std::string>& args) {
     const std::string& a = args[i];
     if (parse_input_option(args, i, spec) || parse_session_option(args, i, opts)) continue;
     if (a == "--output-dir") {
-      if (i + 1 >= args.size()) throw UsageError("--output-dir needs a value");
-      outdir = args[++i];
+      outdir = next_value(args, i);
     } else if (a == "--profile") {
       if (i + 1 >= args.size()) throw UsageError("--profile needs a file name");
       opts.profile_path = args[++i];
