@@ -109,6 +109,21 @@ struct Geom {
 };
 
 // Forward window geometry (Conv and pools).
+// Conv and ConvTranspose: float-like X and W of the same rank >= 3, and W's kernel dims equal to
+// the kernel_shape attribute when it is given. Returns W's kernel dims.
+std::vector<int64_t> check_conv_inputs(const KernelContext& ctx, const Tensor& X, const Tensor& W,
+                                       const std::vector<int64_t>& kernel_shape) {
+  require_float(ctx, 0, X.dtype());
+  require_float(ctx, 1, W.dtype());
+  if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got shape " + shape_str(X.shape()));
+  if (W.rank() != X.rank())
+    ctx.fail(ErrorCode::InvalidArgument, "W shape " + shape_str(W.shape()) + " does not match X shape " + shape_str(X.shape()));
+  std::vector<int64_t> k(W.shape().begin() + 2, W.shape().end());
+  if (!kernel_shape.empty() && kernel_shape != k)
+    ctx.fail(ErrorCode::InvalidArgument, "kernel_shape " + vec_str(kernel_shape) + " does not match W shape " + shape_str(W.shape()));
+  return k;
+}
+
 Geom make_geom(const KernelContext& ctx, const WinAttrs& a, const Shape& in_spatial, const std::vector<int64_t>& kernel,
                bool pool) {
   Geom g;
@@ -512,19 +527,12 @@ class ConvKernel final : public OpKernel {
   void compute(KernelContext& ctx) const override {
     const Tensor& X = ctx.input(0);
     const Tensor& W = ctx.input(1);
-    require_float(ctx, 0, X.dtype());
-    require_float(ctx, 1, W.dtype());
-    if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got shape " + shape_str(X.shape()));
-    if (W.rank() != X.rank())
-      ctx.fail(ErrorCode::InvalidArgument, "W shape " + shape_str(W.shape()) + " does not match X shape " + shape_str(X.shape()));
+    Shape ksp = check_conv_inputs(ctx, X, W, a_.kernel);
     int64_t N = X.dim(0), C = X.dim(1), M = W.dim(0), group = group_;
     if (W.dim(1) * group != C)
       ctx.fail(ErrorCode::InvalidArgument, "channel mismatch: X has " + std::to_string(C) + " channels, W " +
                                                shape_str(W.shape()) + " with group " + std::to_string(group));
     if (M % group != 0) ctx.fail(ErrorCode::InvalidArgument, "output channels not divisible by group");
-    Shape ksp(W.shape().begin() + 2, W.shape().end());
-    if (!a_.kernel.empty() && a_.kernel != ksp)
-      ctx.fail(ErrorCode::InvalidArgument, "kernel_shape " + vec_str(a_.kernel) + " does not match W shape " + shape_str(W.shape()));
     Geom g = make_geom(ctx, a_, Shape(X.shape().begin() + 2, X.shape().end()), ksp, false);
     Tensor bf;
     if (ctx.has_input(2)) {
@@ -722,19 +730,12 @@ void register_convtranspose(OpRegistry& r) {
     return kernel([a, group, output_padding, output_shape](KernelContext& ctx) {
       const Tensor& X = ctx.input(0);
       const Tensor& W = ctx.input(1);
-      require_float(ctx, 0, X.dtype());
-      require_float(ctx, 1, W.dtype());
-      if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got shape " + shape_str(X.shape()));
-      if (W.rank() != X.rank())
-        ctx.fail(ErrorCode::InvalidArgument, "W shape " + shape_str(W.shape()) + " does not match X shape " + shape_str(X.shape()));
+      std::vector<int64_t> k = check_conv_inputs(ctx, X, W, a.kernel);
       int64_t N = X.dim(0), C = X.dim(1);
       if (W.dim(0) != C || C % group != 0)
         ctx.fail(ErrorCode::InvalidArgument, "channel mismatch: X has " + std::to_string(C) + " channels, W is " + shape_str(W.shape()));
       int64_t Mg = W.dim(1), M = Mg * group, Cg = C / group;
       size_t nd = size_t(X.rank() - 2);
-      std::vector<int64_t> k(W.shape().begin() + 2, W.shape().end());
-      if (!a.kernel.empty() && a.kernel != k)
-        ctx.fail(ErrorCode::InvalidArgument, "kernel_shape " + vec_str(a.kernel) + " does not match W shape " + shape_str(W.shape()));
       std::vector<int64_t> in(X.shape().begin() + 2, X.shape().end());
       std::vector<int64_t> s = a.strides.empty() ? std::vector<int64_t>(nd, 1) : a.strides;
       std::vector<int64_t> d = a.dilations.empty() ? std::vector<int64_t>(nd, 1) : a.dilations;
