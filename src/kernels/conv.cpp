@@ -1,6 +1,7 @@
 // fp32 2-D convolution driver (see conv.hpp), the portable depthwise kernel and the reference.
 #include "kernels/conv.hpp"
 
+#include "kernels/slot_set.hpp"
 #include "runtime/thread_pool.hpp"
 
 #include <algorithm>
@@ -47,28 +48,10 @@ int64_t slot_floats(const GemmArch& g, const Conv2dShape& s) {
 // together take no more memory than the one shared buffer. 0: not possible (chunks would be
 // narrower than a panel).
 int64_t per_thread_cols(const GemmArch& g, const Conv2dShape& s, int threads) {
-  if (threads <= 1 || threads > 32) return 0;
+  if (threads <= 1 || threads > SlotSet::kMax) return 0;
   int64_t cols = chunk_cols(g, s) / threads / g.nr * g.nr;
   return cols >= g.nr ? cols : 0;
 }
-
-// A buffer slot per concurrently running chunk job: at most `threads` jobs run at once
-// (ThreadPool::parallel_for), so one of `threads` slots is always free.
-class SlotSet {
- public:
-  int acquire() {
-    for (;;) {
-      uint32_t cur = used_.load(std::memory_order_relaxed);
-      for (int i = 0; i < 32; ++i)
-        if (!(cur & (1u << i)) && used_.compare_exchange_weak(cur, cur | (1u << i), std::memory_order_acquire))
-          return i;
-    }
-  }
-  void release(int i) { used_.fetch_and(~(1u << i), std::memory_order_release); }
-
- private:
-  std::atomic<uint32_t> used_{0};
-};
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // Winograd convolution driver, weight transform and the portable transforms (see winograd.hpp).
 #include "kernels/winograd.hpp"
 
+#include "kernels/slot_set.hpp"
 #include "runtime/thread_pool.hpp"
 
 #include <algorithm>
@@ -22,7 +23,7 @@ namespace {
 // Below these channel counts the per-tile transforms cost about as much as the products save.
 constexpr int64_t kMinChannels = 16;
 // Most concurrent jobs (one workspace slot each); a bigger pool runs the conv inline.
-constexpr int kMaxSlots = 64;
+constexpr int kMaxSlots = SlotSet::kMax;
 
 // BASALT_WINOGRAD: -1 = not set.
 int env_tile() {
@@ -54,25 +55,6 @@ int64_t slot_floats(const GemmArch& g, const Conv2dShape& s, int tile) {
 }
 
 int slot_count(int threads) { return threads > kMaxSlots ? 1 : std::max(threads, 1); }
-
-// One workspace slot per concurrently running job: parallel_for runs at most threads() chunks at
-// once, so one of `threads` slots is always free.
-class SlotSet {
- public:
-  int acquire() {
-    for (;;) {
-      uint64_t cur = used_.load(std::memory_order_relaxed);
-      for (int i = 0; i < kMaxSlots; ++i)
-        if (!(cur & (uint64_t(1) << i)) &&
-            used_.compare_exchange_weak(cur, cur | (uint64_t(1) << i), std::memory_order_acquire))
-          return i;
-    }
-  }
-  void release(int i) { used_.fetch_and(~(uint64_t(1) << i), std::memory_order_release); }
-
- private:
-  std::atomic<uint64_t> used_{0};
-};
 
 }  // namespace
 

@@ -1,7 +1,9 @@
+#include "kernels/slot_set.hpp"
 #include "runtime/thread_pool.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -89,4 +91,48 @@ TEST(ThreadPool, IdlePoolUsesNoCpu) {
   double cpu_ms = (b.ru_utime.tv_sec - a.ru_utime.tv_sec) * 1e3 + (b.ru_utime.tv_usec - a.ru_utime.tv_usec) / 1e3 +
                   (b.ru_stime.tv_sec - a.ru_stime.tv_sec) * 1e3 + (b.ru_stime.tv_usec - a.ru_stime.tv_usec) / 1e3;
   EXPECT_LT(cpu_ms, 20.0);
+}
+
+// Work is not a static share: while the caller is stuck in the first chunk of its own part, the
+// other thread finishes its part and then takes the rest of the caller's.
+TEST(ThreadPool, IdleThreadStealsFromAStuckOne) {
+  ThreadPool pool(2, 0);
+  bool stolen = false;
+  for (int attempt = 0; attempt < 3 && !stolen; ++attempt) {
+    std::vector<std::thread::id> who(64);
+    pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        who[size_t(i)] = std::this_thread::get_id();
+        if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    });
+    // Chunks 0..31 are the caller's part, and chunk 0 holds whoever runs it (normally the caller)
+    // for 200 ms: the rest of that part is run by the other thread.
+    EXPECT_EQ(std::count(who.begin(), who.end(), std::thread::id()), 0);
+    for (int64_t i = 1; i < 32; ++i) stolen = stolen || who[size_t(i)] != who[0];
+  }
+  EXPECT_TRUE(stolen);
+}
+
+// Kernel workspace slots: with T threads taking and giving back slots as fast as they can, every
+// slot handed out is below T (a scan over a stale value used to hand out T and write past the
+// workspace now and then).
+TEST(ThreadPool, SlotSetNeverHandsOutMoreSlotsThanHolders) {
+  for (int threads : {2, 3, 4}) {
+    basalt::kernels::SlotSet slots;
+    std::atomic<int> worst{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back([&] {
+        for (int k = 0; k < 200000; ++k) {
+          const int i = slots.acquire();
+          int w = worst.load();
+          while (i > w && !worst.compare_exchange_weak(w, i)) {
+          }
+          slots.release(i);
+        }
+      });
+    for (auto& t : ts) t.join();
+    EXPECT_LT(worst.load(), threads);
+  }
 }
