@@ -166,7 +166,9 @@ void ThreadPool::run_chunks(Job& job, int self) {
 }
 
 void ThreadPool::worker_main(int index) {
-  uint32_t seen = epoch_.load();
+  // epoch_ is 0 until the first job: a worker that starts running after that job was posted still
+  // sees it as new (reading epoch_ here would skip it, leaving the first job to the caller).
+  uint32_t seen = 0;
   for (;;) {
     // stop_ is set before epoch_ is bumped: if this thread read `seen` after the final bump, it
     // sees stop_ here and never waits on an epoch that will not change again.
