@@ -21,17 +21,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 BASALT = sys.argv[1]
 tmp = tempfile.mkdtemp(prefix="basalt_bench_")
-passed = failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tally import Tally  # noqa: E402
+
+TALLY = Tally()
 
 
 def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}")
+    TALLY.result(ok, name, detail)
 
 
 def basalt(args, timeout=300):
@@ -192,5 +189,4 @@ for args, msg in bad_run:
           r.returncode == 1 and msg in r.stderr and "error" in r.stderr,
           f"exit {r.returncode}, stderr {r.stderr.strip()!r}")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(TALLY.finish())

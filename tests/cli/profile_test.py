@@ -21,17 +21,14 @@ from onnx import TensorProto, helper, numpy_helper
 BASALT = sys.argv[1]
 CONFORMANCE = "/usr/share/libonnx-testdata/data/node"
 tmp = tempfile.mkdtemp(prefix="basalt_profile_")
-passed = failed = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tally import Tally  # noqa: E402
+
+TALLY = Tally()
 
 
 def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}")
+    TALLY.result(ok, name, detail)
 
 
 def save(m, name):
@@ -226,5 +223,4 @@ for args, code, text in [
     check(f"bad: {' '.join(args[:1] + args[2:])} -> exit {code}",
           r.returncode == code and len(err.splitlines()) == 1 and text.lower() in err.lower(), f"rc={r.returncode} {err!r}")
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+sys.exit(TALLY.finish())

@@ -1,27 +1,12 @@
 """Shared by the optimizer suites (run_opt_tests.py, fusions_real.py): the PASS/FAIL tally,
 `basalt optimize` with its JSON report, and op counts of a saved model."""
 import json
+import os
 import subprocess
+import sys
 
-
-class Tally:
-    """Counts checks and prints one `PASS what` / `FAIL what: detail` line per check."""
-
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def result(self, ok, what, detail=""):
-        if ok:
-            self.passed += 1
-        else:
-            self.failed += 1
-        print(f"{'PASS' if ok else 'FAIL'} {what}{': ' + detail if detail else ''}", flush=True)
-
-    def finish(self):
-        """Prints the suite's "N passed, N failed" line; returns the exit status."""
-        print(f"{self.passed} passed, {self.failed} failed")
-        return 1 if self.failed else 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tally import Tally  # noqa: E402,F401  (re-exported for the optimizer suites)
 
 
 def op_counts(path):
