@@ -3,6 +3,7 @@
 // (vector and tile tails), K blocking, transposes, every epilogue and 1, 2 and 3 threads; then
 // the ops built on them (Conv, basalt::FusedConv, MatMul, basalt::FusedMatMul, Gemm), with and
 // without weights packed at load, against naive loops.
+#include "kernel_test_util.hpp"
 #include "op_tester.hpp"
 
 #include "kernels/conv.hpp"
@@ -26,20 +27,6 @@ namespace k = basalt::kernels;
 
 namespace {
 
-std::vector<float> rnd(int64_t n, std::mt19937& rng, float lo = -1.f, float hi = 1.f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<k::Isa> isas() {
-  std::vector<k::Isa> v = {k::Isa::Portable};
-  if (k::best_isa() >= k::Isa::Avx2) v.push_back(k::Isa::Avx2);
-  if (k::best_isa() >= k::Isa::Avx512) v.push_back(k::Isa::Avx512);
-  return v;
-}
-
 std::vector<k::Activation> activations() {
   std::vector<k::Activation> v;
   const char* names[] = {"", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sigmoid", "LeakyRelu", "Tanh"};
@@ -62,14 +49,6 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& want,
     float tol = 2e-5f * (absum[i] + 1.f);
     ASSERT_NEAR(got[i], want[i], tol) << what << " at " << i;
   }
-}
-
-std::vector<std::unique_ptr<ThreadPool>> pools() {
-  std::vector<std::unique_ptr<ThreadPool>> v;
-  v.push_back(nullptr);
-  v.push_back(std::make_unique<ThreadPool>(2, 0));
-  v.push_back(std::make_unique<ThreadPool>(3, 0));
-  return v;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // has, odd image sizes (partial tiles on the right and bottom), padding 0/1/2 and asymmetric,
 // channel counts off the vector width, several images, bias / residual / activations, and 1, 2
 // and 3 threads. The tolerance is relative to sum |w*x| behind each output.
+#include "kernel_test_util.hpp"
 #include "op_tester.hpp"
 
 #include "kernels/winograd.hpp"
@@ -25,20 +26,6 @@ using namespace basalt::test;
 namespace k = basalt::kernels;
 
 namespace {
-
-std::vector<float> rnd(int64_t n, std::mt19937& rng) {
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-std::vector<k::Isa> isas() {
-  std::vector<k::Isa> v = {k::Isa::Portable};
-  if (k::best_isa() >= k::Isa::Avx2) v.push_back(k::Isa::Avx2);
-  if (k::best_isa() >= k::Isa::Avx512) v.push_back(k::Isa::Avx512);
-  return v;
-}
 
 struct Case {
   int64_t N, C, H, W, M, pt, pl, pb, pr;
@@ -135,10 +122,7 @@ TEST(Winograd, MatchesReferenceOnOddShapes) {
       {1, 64, 18, 18, 70, 1, 1, 1, 1},    // K = C = 64
   };
   std::mt19937 rng(5);
-  std::vector<std::unique_ptr<ThreadPool>> pools;
-  pools.push_back(nullptr);
-  pools.push_back(std::make_unique<ThreadPool>(2, 0));
-  pools.push_back(std::make_unique<ThreadPool>(3, 0));
+  const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
   int idx = 0;
   for (const Case& c : cases) {
     const k::Conv2dShape s = shape_of(c);
