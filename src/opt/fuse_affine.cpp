@@ -52,6 +52,18 @@ double other_scalar(const Graph& g, const Node& n, int x) {
   return t->get_double(0);
 }
 
+// Which operand (0 or 1) of Mul/Add/Sub/Div node `op` is the output of a live `producer_op` node,
+// or -1. Sub and Div only count their left operand (x - c and x / c fold; c - x and c / x do not).
+int operand_from(const Graph& g, const GraphIndex& idx, const Node& op, const char* producer_op,
+                 const std::vector<bool>& dead) {
+  const bool left_only = is_op(op, "Sub") || is_op(op, "Div");
+  for (int s = 0; s < (left_only ? 1 : 2); ++s) {
+    const Node* p = producer_node(g, op.inputs[size_t(s)]);
+    if (p && is_op(*p, producer_op) && !dead[size_t(idx.producer(op.inputs[size_t(s)]))]) return s;
+  }
+  return -1;
+}
+
 // Node p's inputs 1 (weights or scale) and 2 (bias, if any) replaced by new constants: `scaled`
 // (null: input 1 stays) and `bias`; an old constant no other node reads is dropped. Returns the
 // value ids of input 1 and the new bias.
@@ -111,13 +123,8 @@ bool fold_into_batchnorm(PassContext& ctx, GraphIndex& idx, size_t ni, std::vect
   const char* kPattern = "BatchNormalization+Mul/Add";
   Graph& g = ctx.graph;
   Node& op = g.nodes[ni];
-  const bool mul = is_op(op, "Mul"), add = is_op(op, "Add"), div = is_op(op, "Div");
-  int side = -1;
-  for (int s = 0; s < 2 && side < 0; ++s) {
-    if (!(mul || add) && s == 1) break;
-    const Node* p = producer_node(g, op.inputs[size_t(s)]);
-    if (p && is_op(*p, "BatchNormalization") && !dead[size_t(idx.producer(op.inputs[size_t(s)]))]) side = s;
-  }
+  const bool mul = is_op(op, "Mul"), div = is_op(op, "Div");
+  const int side = operand_from(g, idx, op, "BatchNormalization", dead);
   if (side < 0) return false;
   const int y = op.inputs[size_t(side)];
   const int bi = idx.producer(y);
@@ -185,12 +192,7 @@ bool fold_round(PassContext& ctx) {
     const bool mul = is_op(op, "Mul"), add = is_op(op, "Add"), sub = is_op(op, "Sub"), div = is_op(op, "Div");
     if (!(mul || add || sub || div) || op.inputs.size() != 2 || op.outputs.size() != 1) continue;
     // Which operand is the conv output (Sub and Div: only the left one, x - c and x / c).
-    int conv_side = -1;
-    for (int s = 0; s < 2 && conv_side < 0; ++s) {
-      if ((sub || div) && s == 1) break;
-      const Node* p = producer_node(g, op.inputs[size_t(s)]);
-      if (p && is_op(*p, "Conv") && !dead[size_t(idx.producer(op.inputs[size_t(s)]))]) conv_side = s;
-    }
+    const int conv_side = operand_from(g, idx, op, "Conv", dead);
     if (conv_side < 0) {
       if (fold_into_batchnorm(ctx, idx, ni, dead, rewritten, shapes)) any = true;
       continue;
