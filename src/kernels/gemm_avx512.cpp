@@ -2,6 +2,7 @@
 // vectors of the B panel and broadcasts 6 values of the A panel (24 FMAs). Row counts below 6 and
 // column counts below 64 get their own instantiations (no wasted FMAs on tails beyond the last
 // 16-column vector, which is masked).
+#include "kernels/activation_avx512.hpp"
 #include "kernels/gemm.hpp"
 
 #include <immintrin.h>
@@ -58,42 +59,7 @@ void tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int
         if (te->row_bias) x = _mm512_add_ps(x, _mm512_set1_ps(te->row_bias[r]));
         if (te->col_bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, te->col_bias + v * 16));
         if (te->residual) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, te->residual + r * te->ldr + v * 16));
-        // Clamps as blends on ordered compares (false for NaN), so NaN passes where std::max /
-        // std::min let it pass; `below(v, lo)` / `above(v, hi)`: v < lo -> lo, v > hi -> hi.
-        // (_mm512_max_ps / _mm512_min_ps would do, but trip GCC 12's -Wmaybe-uninitialized.)
-        auto below = [](__m512 v, __m512 lo) {
-          return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
-        };
-        auto above = [](__m512 v, __m512 hi) {
-          return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
-        };
-        // v <= 0 -> +0, as `v > 0 ? v : 0` and std::max(0.f, v) give (-0 becomes +0)
-        auto pos = [](__m512 v) {
-          return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
-        };
-        // std::min(1.f, t) is 1 for NaN t (HardSigmoid's NaN result; HardSwish multiplies by x)
-        auto min1 = [](__m512 t) {
-          return _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, _mm512_set1_ps(1.f), _CMP_NLT_UQ), _mm512_set1_ps(1.f));
-        };
-        switch (te->act.kind) {
-          case ActKind::Relu: x = pos(x); break;
-          case ActKind::Clip: x = above(below(x, _mm512_set1_ps(te->act.a)), _mm512_set1_ps(te->act.b)); break;
-          case ActKind::HardSigmoid: {
-            __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(te->act.a), x), _mm512_set1_ps(te->act.b));
-            x = pos(min1(t));
-            break;
-          }
-          case ActKind::HardSwish: {
-            __m512 t = _mm512_add_ps(_mm512_div_ps(x, _mm512_set1_ps(6.f)), _mm512_set1_ps(0.5f));
-            x = _mm512_mul_ps(x, pos(min1(t)));
-            break;
-          }
-          case ActKind::LeakyRelu:
-            x = _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), x,
-                                   _mm512_set1_ps(te->act.a));
-            break;
-          default: break;
-        }
+        x = act_zmm(x, te->act);
       }
       _mm512_mask_storeu_ps(p, mk, x);
     }

@@ -4,6 +4,7 @@
 #include "ops/common.hpp"
 #include "kernels/conv.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/nchwc.hpp"
 #include "kernels/eltwise.hpp"
 #include "kernels/pool.hpp"
 #include "kernels/winograd.hpp"
@@ -2497,9 +2498,180 @@ void register_affinegrid(OpRegistry& r) {
   });
 }
 
+
+// ---------------------------------------------------------------- blocked layout (NCHWc)
+// The ops of the layout pass (opt/layout_nchwc.cpp; docs/fused_ops.md, "Blocked layout"), on
+// float32 tensors [N, CB, H, W, 16] (kernels/nchwc.hpp):
+//   NchwcConv               X (blocked, or NCHW with plain_input = 1), W, B (constants), Z
+//                           (optional residual, blocked like Y); the attributes of FusedConv
+//                           (explicit pads only)
+//   NchwcMaxPool / NchwcAveragePool    X blocked; MaxPool / AveragePool attributes
+//   NchwcGlobalAveragePool / NchwcGlobalMaxPool   X blocked -> NCHW [N, channels, 1, 1]
+//   ReorderToNchwc          NCHW -> blocked;  ReorderFromNchwc  blocked -> NCHW [N, channels, H, W]
+
+// X must be a blocked float32 tensor; returns its [N, CB, H, W].
+void check_blocked(const KernelContext& ctx, int i, const Tensor& X) {
+  if (X.dtype() != DType::Float) unsupported_dtype(ctx, i, X.dtype());
+  if (X.rank() != 5 || X.dim(4) != kernels::nchwc::kBlock)
+    ctx.fail(ErrorCode::InvalidArgument, "input " + std::to_string(i) + " must be a blocked tensor [N, C/16, H, W, 16], got " +
+                                             shape_str(X.shape()));
+}
+
+class NchwcConvKernel final : public OpKernel {
+ public:
+  NchwcConvKernel(WinAttrs a, int64_t group, kernels::Activation act, bool plain)
+      : a_(std::move(a)), group_(group), act_(act), plain_(plain) {}
+
+  void prepare(const PrepareContext& pc) override {
+    const Tensor* w = pc.constant.size() > 1 ? pc.constant[1] : nullptr;
+    const Tensor* b = pc.constant.size() > 2 ? pc.constant[2] : nullptr;
+    const bool has_b = pc.node.inputs.size() > 2 && pc.node.inputs[2] >= 0;
+    if (!w || w->dtype() != DType::Float || w->rank() != 4 || (has_b && (!b || b->dtype() != DType::Float)))
+      pc.node.fail(ErrorCode::InvalidModel, "NchwcConv needs constant float32 W and B");
+    kernels::Conv2dShape s;
+    s.M = w->dim(0);
+    s.G = group_;
+    s.C = w->dim(1) * group_;
+    s.KH = w->dim(2);
+    s.KW = w->dim(3);
+    if (has_b && b->numel() != s.M) pc.node.fail(ErrorCode::InvalidModel, "B must have " + std::to_string(s.M) + " elements");
+    if (!kernels::nchwc::conv_supported(s, plain_)) pc.node.fail(ErrorCode::Unsupported, "NchwcConv: unsupported group");
+    cw_ = kernels::nchwc::pack_conv(s, w->data<float>(), has_b ? b->data<float>() : nullptr, plain_);
+    wshape_ = w->shape();
+  }
+  size_t packed_bytes() const override { return cw_.bytes(); }
+  bool replaces_constant(int input) const override { return input == 1 || input == 2; }
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& X = ctx.input(0);
+    if (cw_.w.empty()) ctx.fail(ErrorCode::Internal, "NchwcConv was not prepared");
+    if (ctx.has_input(1) && ctx.input(1).shape() != wshape_)
+      ctx.fail(ErrorCode::InvalidArgument, "W was fed with shape " + shape_str(ctx.input(1).shape()) + ", packed " + shape_str(wshape_));
+    kernels::Conv2dShape s = cw_.s;
+    if (plain_) {
+      if (X.dtype() != DType::Float) unsupported_dtype(ctx, 0, X.dtype());
+      if (X.rank() != 4 || X.dim(1) != s.C)
+        ctx.fail(ErrorCode::InvalidArgument, "X must be [N, " + std::to_string(s.C) + ", H, W], got " + shape_str(X.shape()));
+    } else {
+      check_blocked(ctx, 0, X);
+      if (X.dim(1) != kernels::nchwc::blocks(s.C))
+        ctx.fail(ErrorCode::InvalidArgument, "X has " + std::to_string(X.dim(1)) + " channel blocks, W wants " + std::to_string(s.C) + " channels");
+    }
+    Geom g = make_geom(ctx, a_, {X.dim(2), X.dim(3)}, {s.KH, s.KW}, false);
+    s.N = X.dim(0);
+    s.H = g.in[0], s.W = g.in[1], s.OH = g.out[0], s.OW = g.out[1];
+    s.sh = g.s[0], s.sw = g.s[1], s.dh = g.d[0], s.dw = g.d[1], s.pt = g.pb[0], s.pl = g.pb[1];
+    Shape ys = {s.N, kernels::nchwc::blocks(s.M), s.OH, s.OW, kernels::nchwc::kBlock};
+    const float* res = nullptr;
+    if (ctx.has_input(3)) {
+      const Tensor& Z = ctx.input(3);
+      check_blocked(ctx, 3, Z);
+      if (Z.shape() != ys) ctx.fail(ErrorCode::InvalidArgument, "residual Z has shape " + shape_str(Z.shape()) + ", expected " + shape_str(ys));
+      res = Z.data<float>();
+    }
+    Tensor& y = ctx.output_uninit(0, DType::Float, ys);
+    const int64_t wsf = kernels::nchwc::conv_workspace_floats(cw_, s);
+    float* ws = wsf ? static_cast<float*>(ctx.workspace(size_t(wsf) * sizeof(float))) : nullptr;
+    kernels::nchwc::conv(kernels::best_isa(), cw_, s, X.data<float>(), res, act_, y.data<float>(), ctx.pool(), ws);
+  }
+  size_t workspace_bytes(std::span<const Shape> in, int) const override {
+    if (in.empty() || cw_.w.empty() || in[0].size() != (plain_ ? 4u : 5u)) return 0;
+    kernels::Conv2dShape s = cw_.s;
+    s.N = in[0][0];
+    s.H = in[0][2];
+    s.W = in[0][3];
+    // the geometry of make_geom for explicit pads
+    auto at = [](const std::vector<int64_t>& v, size_t i, int64_t d) { return i < v.size() ? v[i] : d; };
+    s.sh = at(a_.strides, 0, 1), s.sw = at(a_.strides, 1, 1), s.dh = at(a_.dilations, 0, 1), s.dw = at(a_.dilations, 1, 1);
+    s.pt = at(a_.pads, 0, 0), s.pl = at(a_.pads, 1, 0);
+    const int64_t pb = at(a_.pads, 2, 0), pr = at(a_.pads, 3, 0);
+    const int64_t eh = (s.KH - 1) * s.dh + 1, ew = (s.KW - 1) * s.dw + 1;
+    if (s.H + s.pt + pb < eh || s.W + s.pl + pr < ew) return 0;
+    s.OH = (s.H + s.pt + pb - eh) / s.sh + 1;
+    s.OW = (s.W + s.pl + pr - ew) / s.sw + 1;
+    return size_t(kernels::nchwc::conv_workspace_floats(cw_, s)) * sizeof(float);
+  }
+
+ private:
+  WinAttrs a_;
+  int64_t group_;
+  kernels::Activation act_;
+  bool plain_;
+  kernels::nchwc::ConvWeights cw_;
+  Shape wshape_;
+};
+
+void register_nchwc(OpRegistry& r) {
+  r.add("basalt", "NchwcConv", 1, INT_MAX, [](const Node& n) -> std::unique_ptr<OpKernel> {
+    WinAttrs a = parse_win(n, false);
+    if (a.auto_pad != AutoPad::NotSet && a.auto_pad != AutoPad::Valid) n.fail(ErrorCode::InvalidModel, "NchwcConv takes explicit pads");
+    int64_t group = n.attr_int("group", 1);
+    if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
+    return std::make_unique<NchwcConvKernel>(a, group, parse_fused_activation(n), n.attr_int("plain_input", 0) != 0);
+  });
+  for (bool avg : {false, true})
+    r.add("basalt", avg ? "NchwcAveragePool" : "NchwcMaxPool", 1, INT_MAX, [avg](const Node& n) {
+      WinAttrs a = parse_win(n, true);
+      if (a.kernel.size() != 2) n.fail(ErrorCode::InvalidModel, "kernel_shape must have 2 values");
+      const bool cip = n.attr_int("count_include_pad", 0) != 0;
+      return kernel([a, avg, cip](KernelContext& ctx) {
+        const Tensor& X = ctx.input(0);
+        check_blocked(ctx, 0, X);
+        Geom g = make_geom(ctx, a, {X.dim(2), X.dim(3)}, a.kernel, true);
+        kernels::Pool2D p2;
+        p2.H = g.in[0], p2.W = g.in[1], p2.OH = g.out[0], p2.OW = g.out[1];
+        p2.kh = g.k[0], p2.kw = g.k[1], p2.sh = g.s[0], p2.sw = g.s[1], p2.dh = g.d[0], p2.dw = g.d[1];
+        p2.ph = g.pb[0], p2.pw = g.pb[1], p2.ph_end = g.pe[0], p2.pw_end = g.pe[1];
+        p2.avg = avg;
+        p2.count_include_pad = cip;
+        Tensor& y = ctx.output_uninit(0, DType::Float, {X.dim(0), X.dim(1), p2.OH, p2.OW, kernels::nchwc::kBlock});
+        kernels::nchwc::pool(kernels::best_isa(), X.data<float>(), y.data<float>(), X.dim(0) * X.dim(1), p2, ctx.pool());
+      });
+    });
+  auto channels_of = [](const Node& n) {
+    int64_t c = n.attr_int("channels");
+    if (c <= 0) n.fail(ErrorCode::InvalidModel, "channels must be positive");
+    return c;
+  };
+  for (bool avg : {false, true})
+    r.add("basalt", avg ? "NchwcGlobalAveragePool" : "NchwcGlobalMaxPool", 1, INT_MAX, [avg, channels_of](const Node& n) {
+      const int64_t C = channels_of(n);
+      return kernel([avg, C](KernelContext& ctx) {
+        const Tensor& X = ctx.input(0);
+        check_blocked(ctx, 0, X);
+        if (X.dim(1) != kernels::nchwc::blocks(C))
+          ctx.fail(ErrorCode::InvalidArgument, "X has " + std::to_string(X.dim(1)) + " channel blocks for " + std::to_string(C) + " channels");
+        Tensor& y = ctx.output_uninit(0, DType::Float, {X.dim(0), C, 1, 1});
+        kernels::nchwc::global_pool(kernels::best_isa(), avg, X.data<float>(), X.dim(0), C, X.dim(2) * X.dim(3), y.data<float>(), ctx.pool());
+      });
+    });
+  r.add("basalt", "ReorderToNchwc", 1, INT_MAX, [](const Node&) {
+    return kernel([](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      if (X.dtype() != DType::Float) unsupported_dtype(ctx, 0, X.dtype());
+      if (X.rank() != 4) ctx.fail(ErrorCode::InvalidArgument, "X must be [N, C, H, W], got " + shape_str(X.shape()));
+      const int64_t C = X.dim(1);
+      Tensor& y = ctx.output_uninit(0, DType::Float, {X.dim(0), kernels::nchwc::blocks(C), X.dim(2), X.dim(3), kernels::nchwc::kBlock});
+      kernels::nchwc::to_blocked(kernels::best_isa(), X.data<float>(), X.dim(0), C, X.dim(2) * X.dim(3), y.data<float>(), ctx.pool());
+    });
+  });
+  r.add("basalt", "ReorderFromNchwc", 1, INT_MAX, [channels_of](const Node& n) {
+    const int64_t C = channels_of(n);
+    return kernel([C](KernelContext& ctx) {
+      const Tensor& X = ctx.input(0);
+      check_blocked(ctx, 0, X);
+      if (X.dim(1) != kernels::nchwc::blocks(C))
+        ctx.fail(ErrorCode::InvalidArgument, "X has " + std::to_string(X.dim(1)) + " channel blocks for " + std::to_string(C) + " channels");
+      Tensor& y = ctx.output_uninit(0, DType::Float, {X.dim(0), C, X.dim(2), X.dim(3)});
+      kernels::nchwc::from_blocked(kernels::best_isa(), X.data<float>(), X.dim(0), C, X.dim(2) * X.dim(3), y.data<float>(), ctx.pool());
+    });
+  });
+}
+
 }  // namespace
 
 void register_nn_ops(OpRegistry& r) {
+  register_nchwc(r);
   register_conv(r);
   register_convtranspose(r);
   register_pools(r);

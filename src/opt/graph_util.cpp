@@ -90,6 +90,10 @@ void compact(Graph& g, const std::vector<bool>& dead_nodes) {
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (!dead_nodes[i]) kept.push_back(std::move(g.nodes[i]));
   g.nodes = std::move(kept);
+  reindex(g);
+}
+
+void reindex(Graph& g) {
   for (auto& v : g.values) v.producer = -1;
   for (size_t i = 0; i < g.nodes.size(); ++i)
     for (int v : g.nodes[i].outputs)
@@ -329,6 +333,29 @@ StaticShapes infer_static_shapes(const Graph& g) {
             s.insert(s.end(), sp.begin(), sp.end());
             ok = true;
           }
+        }
+      } else if (n.domain == "basalt" && (op == "NchwcConv" || op == "NchwcMaxPool" || op == "NchwcAveragePool")) {
+        // blocked [N, CB, H, W, 16] (kernels/nchwc.hpp); NchwcConv may read NCHW (plain_input)
+        const bool conv = op == "NchwcConv";
+        const bool plain = conv && n.attr_int("plain_input", 0) != 0;
+        if (have[0] && in[0].size() == (plain ? 4u : 5u) && (!conv || (have[1] && in[1].size() == 4 && in[1][0] > 0))) {
+          std::vector<int64_t> k = conv ? std::vector<int64_t>(in[1].begin() + 2, in[1].end()) : n.attr_ints("kernel_shape");
+          Shape logical(in[0].begin(), in[0].begin() + 4);
+          Shape sp;
+          if (window_out(n, logical, k, !conv && n.attr_int("ceil_mode", 0) != 0, sp, st) && sp.size() == 2) {
+            s = {in[0][0], conv ? (in[1][0] + 15) / 16 : in[0][1], sp[0], sp[1], 16};
+            ok = true;
+          }
+        }
+      } else if (n.domain == "basalt" && (op == "ReorderToNchwc" || op == "ReorderFromNchwc" ||
+                                          op == "NchwcGlobalAveragePool" || op == "NchwcGlobalMaxPool")) {
+        if (have[0] && op == "ReorderToNchwc" && in[0].size() == 4 && in[0][1] > 0) {
+          s = {in[0][0], (in[0][1] + 15) / 16, in[0][2], in[0][3], 16};
+          ok = true;
+        } else if (have[0] && in[0].size() == 5 && n.attr_int("channels", 0) > 0) {
+          bool global = op != "ReorderFromNchwc";
+          s = {in[0][0], n.attr_int("channels"), global ? 1 : in[0][2], global ? 1 : in[0][3]};
+          ok = true;
         }
       } else if (std_domain && (op == "MaxPool" || op == "AveragePool" || op == "LpPool")) {
         if (have[0] && in[0].size() >= 3) {

@@ -91,6 +91,8 @@ std::string unique_value_name(const Graph& g, const std::string& hint);
 // ValueDef::producer of every value (outputs of dropped nodes lose their producer) and calls
 // g.finalize(). dead_nodes.size() must equal g.nodes.size().
 void compact(Graph& g, const std::vector<bool>& dead_nodes);
+// After replacing g.nodes (a new node list in topological order): producers and finalize().
+void reindex(Graph& g);
 
 // Attribute builders for rewritten nodes.
 Attribute make_attr_int(const std::string& name, int64_t v);

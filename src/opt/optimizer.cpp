@@ -87,6 +87,7 @@ const PassInfo kPasses[] = {
     {"fuse_gemm_activation", OptLevel::Extended, true, fuse_gemm_activation},
     {"fuse_bn_activation", OptLevel::Extended, true, fuse_bn_activation},
     {"remove_dead_nodes", OptLevel::Extended, false, remove_dead_nodes},
+    {"layout_nchwc", OptLevel::All, true, layout_nchwc},
 };
 
 // g and its subgraphs, parents before children. `keep` (optional) receives an owning reference to

@@ -25,6 +25,9 @@ void fuse_gemm_activation(PassContext& ctx);   // Gemm + activation -> basalt::F
 // fuse_affine.cpp (a standard op, but of opset 14: Extended, like the other new-opset rewrites)
 void fuse_hardswish(PassContext& ctx);         // x * Clip(x + 3, 0, 6) / 6 and variants -> HardSwish(x)
 
+// ---- All (layout for the fast kernels): layout_nchwc.cpp
+void layout_nchwc(PassContext& ctx);           // conv/pool chains -> blocked basalt::Nchwc* ops
+
 // ---- Extended, transformer patterns: fuse_transformer.cpp (the "fusions" pass file)
 void fuse_layernorm(PassContext& ctx);
 void fuse_gelu(PassContext& ctx);

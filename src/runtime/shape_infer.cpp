@@ -615,6 +615,41 @@ bool space_depth(const Node& n, const In& in, Out& out, bool to_space) {
   return true;
 }
 
+// Blocked-layout ops (ops/nn.cpp, kernels/nchwc.hpp): a blocked tensor [N, CB, H, W, 16] holds
+// the NCHW tensor [N, <= CB*16, H, W]; the window rules run on [N, CB*16, H, W].
+bool is_blocked(const Shape& x) { return x.size() == 5 && x[4] == 16; }
+Shape blocked_of(const Shape& nchw) { return {nchw[0], (nchw[1] + 15) / 16, nchw[2], nchw[3], 16}; }
+
+bool nchwc_conv(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || !has(in, 1) || in[1]->shape.size() != 4) return false;
+  const Shape& x = in[0]->shape;
+  const bool plain = n.attr_int("plain_input", 0) != 0;
+  if (plain ? x.size() != 4 : !is_blocked(x)) return false;
+  const Shape& w = in[1]->shape;
+  Shape r = {x[0], w[0], x[2], x[3]};
+  if (!window_dims(n, plain ? x : Shape{x[0], x[1] * 16, x[2], x[3]}, {w[2], w[3]}, false, r)) return false;
+  set(out, 0, DType::Float, blocked_of(r));
+  return true;
+}
+
+bool nchwc_pool(const Node& n, const In& in, Out& out) {
+  if (!has(in, 0) || !is_blocked(in[0]->shape)) return false;
+  const Shape& x = in[0]->shape;
+  Shape r = {x[0], x[1] * 16, x[2], x[3]};
+  if (!window_dims(n, r, n.attr_ints("kernel_shape", {}), n.attr_int("ceil_mode", 0) != 0, r)) return false;
+  set(out, 0, DType::Float, blocked_of(r));
+  return true;
+}
+
+bool nchwc_to_plain(const Node& n, const In& in, Out& out, bool global) {
+  if (!has(in, 0) || !is_blocked(in[0]->shape)) return false;
+  const Shape& x = in[0]->shape;
+  int64_t c = n.attr_int("channels", 0);
+  if (c <= 0 || (c + 15) / 16 != x[1]) return false;
+  set(out, 0, DType::Float, global ? Shape{x[0], c, 1, 1} : Shape{x[0], c, x[2], x[3]});
+  return true;
+}
+
 const std::unordered_map<std::string, ShapeFn>& table() {
   static const std::unordered_map<std::string, ShapeFn> t = [] {
     std::unordered_map<std::string, ShapeFn> m;
@@ -659,6 +694,17 @@ const std::unordered_map<std::string, ShapeFn>& table() {
       return true;
     };
     m["Conv"] = conv;
+    m["NchwcConv"] = nchwc_conv;
+    m["NchwcMaxPool"] = nchwc_pool;
+    m["NchwcAveragePool"] = nchwc_pool;
+    for (const char* op : {"NchwcGlobalAveragePool", "NchwcGlobalMaxPool"})
+      m[op] = [](const Node& n, const In& in, Out& out) { return nchwc_to_plain(n, in, out, true); };
+    m["ReorderFromNchwc"] = [](const Node& n, const In& in, Out& out) { return nchwc_to_plain(n, in, out, false); };
+    m["ReorderToNchwc"] = [](const Node& n, const In& in, Out& out) {
+      if (!has(in, 0) || in[0]->shape.size() != 4) return false;
+      set(out, 0, DType::Float, blocked_of(in[0]->shape));
+      return true;
+    };
     m["FusedConv"] = conv;
     m["ConvInteger"] = conv;
     m["ConvTranspose"] = conv_transpose;

@@ -5,6 +5,7 @@
 // compared against the same model at level none.
 #include <basalt/basalt.hpp>
 
+#include "kernels/cpu.hpp"
 #include "onnx/writer.hpp"
 #include "op_tester.hpp"
 #include "opt/graph_util.hpp"
@@ -848,6 +849,68 @@ TEST(OptimizerAffine, HardSwishNotMatchedWithOtherConstantsOrAnIntermediateInUse
     EXPECT_EQ(count_ops(*s->model().graph, "HardSwish"), 1);
     expect_same_outputs(bytes, 3, {{"X", random_tensor({2, 5}, 9, -5.f, 5.f)}});
   }
+}
+
+
+// Layout pass (level All, AVX-512 CPUs): a chain with a depthwise and narrow convs runs on blocked
+// tensors; reorders appear only where a plain op or a graph output reads a blocked value; every
+// value's shape stays known (the memory planner needs it) and the outputs equal level none's.
+TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
+  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  Builder b;
+  b.input("X", {1, 20, 15, 13});
+  b.init("W1", random_tensor({24, 20, 1, 1}, 1));
+  b.init("B1", random_tensor({24}, 2));
+  b.init("Wd", random_tensor({24, 1, 3, 3}, 3));
+  b.init("W2", random_tensor({32, 24, 1, 1}, 4));
+  b.init("W3", random_tensor({32, 32, 3, 3}, 5));
+  b.node("Conv", {"X", "W1", "B1"}, {"c1"}, {attr("kernel_shape", Ints{1, 1})});
+  b.node("Relu", {"c1"}, {"r1"});
+  b.node("Conv", {"r1", "Wd"}, {"d1"}, {attr("group", int64_t(24)), attr("pads", Ints{1, 1, 1, 1}), attr("strides", Ints{2, 2})});
+  b.node("Conv", {"d1", "W2"}, {"c2"}, {attr("kernel_shape", Ints{1, 1})});
+  b.node("MaxPool", {"c2"}, {"p1"}, {attr("kernel_shape", Ints{3, 3}), attr("pads", Ints{1, 1, 1, 1})});
+  b.node("Conv", {"p1", "W3"}, {"c3"}, {attr("pads", Ints{1, 1, 1, 1})});
+  b.node("Add", {"c3", "p1"}, {"a1"});
+  b.node("Concat", {"a1", "c3"}, {"cat"}, {attr("axis", int64_t(1))});
+  b.node("GlobalAveragePool", {"cat"}, {"gap"});
+  b.node("Sigmoid", {"c2"}, {"side"});  // a plain op reading a blocked value
+  b.output("gap");
+  b.output("side");
+  b.output("a1");  // a graph output that is blocked inside
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 3);
+  const Graph& g = *s->model().graph;
+  EXPECT_EQ(count_ops(g, "NchwcConv"), 4);
+  EXPECT_EQ(count_ops(g, "NchwcMaxPool"), 1);
+  EXPECT_EQ(count_ops(g, "NchwcGlobalAveragePool"), 1);
+  EXPECT_EQ(count_ops(g, "ReorderToNchwc"), 1);    // X (20 channels: not a plain-input conv)
+  EXPECT_EQ(count_ops(g, "ReorderFromNchwc"), 2);  // for Sigmoid and for the output a1
+  const StaticShapes st = infer_static_shapes(g);
+  for (const Node& n : g.nodes)
+    for (int v : n.outputs) {
+      Shape sh;
+      EXPECT_TRUE(st.get(v, sh)) << n.op_type << " " << n.name << ": shape unknown";
+    }
+  expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 20, 15, 13}, 9)}});
+  // Extended: no layout change
+  auto ext = open(bytes, 2);
+  EXPECT_EQ(count_ops(*ext->model().graph, "NchwcConv"), 0);
+}
+
+// Wide convs only: the chain is not worth the reorders and the channel padding (stays NCHW).
+TEST(OptimizerLayout, WideChainStaysNchw) {
+  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  Builder b;
+  b.input("X", {1, 64, 9, 9});
+  b.init("W1", random_tensor({128, 64, 1, 1}, 1));
+  b.init("W2", random_tensor({64, 128, 1, 1}, 2));
+  b.node("Conv", {"X", "W1"}, {"c1"});
+  b.node("Conv", {"c1", "W2"}, {"Y"});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 3);
+  EXPECT_EQ(count_ops(*s->model().graph, "NchwcConv"), 0);
+  EXPECT_TRUE(rejected_with(report_of(*s), "NCHWc layout", "not worth"));
 }
 
 }  // namespace

@@ -1,0 +1,60 @@
+// The fused activations of activation.hpp on one zmm, for the AVX-512 epilogues (GEMM tiles,
+// blocked convs). Include only from *_avx512.cpp files. Same float semantics as
+// apply_activation (NaN handling included) for every kind but Sigmoid and Tanh, which callers
+// apply per element with apply_activation (act_zmm_exact() says whether the kind is handled here).
+#pragma once
+
+#include "kernels/activation.hpp"
+
+#include <immintrin.h>
+
+namespace basalt::kernels {
+namespace {
+
+[[maybe_unused]] inline bool act_zmm_exact(const Activation& act) {
+  return act.kind != ActKind::Sigmoid && act.kind != ActKind::Tanh;
+}
+
+// Sigmoid / Tanh per element (out of line: keeps act_zmm small enough to inline in tile loops).
+[[maybe_unused]] __attribute__((noinline)) __m512 act_zmm_scalar(__m512 x, const Activation& act) {
+  alignas(64) float v[16];
+  _mm512_store_ps(v, x);
+  for (float& e : v) e = apply_activation(act, e);
+  return _mm512_load_ps(v);
+}
+
+[[maybe_unused]] inline __m512 act_zmm(__m512 x, const Activation& act) {
+  // Clamps as blends on ordered compares (false for NaN), so NaN passes where std::max /
+  // std::min let it pass; `below(v, lo)` / `above(v, hi)`: v < lo -> lo, v > hi -> hi.
+  // (_mm512_max_ps / _mm512_min_ps would do, but trip GCC 12's -Wmaybe-uninitialized.)
+  auto below = [](__m512 v, __m512 lo) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo); };
+  auto above = [](__m512 v, __m512 hi) { return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi); };
+  // v <= 0 -> +0, as `v > 0 ? v : 0` and std::max(0.f, v) give (-0 becomes +0)
+  auto pos = [](__m512 v) {
+    return _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LE_OQ), _mm512_setzero_ps());
+  };
+  // std::min(1.f, t) is 1 for NaN t (HardSigmoid's NaN result; HardSwish multiplies by x)
+  auto min1 = [](__m512 t) {
+    return _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, _mm512_set1_ps(1.f), _CMP_NLT_UQ), _mm512_set1_ps(1.f));
+  };
+  switch (act.kind) {
+    case ActKind::Relu: return pos(x);
+    case ActKind::Clip: return above(below(x, _mm512_set1_ps(act.a)), _mm512_set1_ps(act.b));
+    case ActKind::HardSigmoid: {
+      __m512 t = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(act.a), x), _mm512_set1_ps(act.b));
+      return pos(min1(t));
+    }
+    case ActKind::HardSwish: {
+      __m512 t = _mm512_add_ps(_mm512_div_ps(x, _mm512_set1_ps(6.f)), _mm512_set1_ps(0.5f));
+      return _mm512_mul_ps(x, pos(min1(t)));
+    }
+    case ActKind::LeakyRelu:
+      return _mm512_mask_mul_ps(x, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), x, _mm512_set1_ps(act.a));
+    case ActKind::Sigmoid:
+    case ActKind::Tanh: return act_zmm_scalar(x, act);
+    default: return x;
+  }
+}
+
+}  // namespace
+}  // namespace basalt::kernels

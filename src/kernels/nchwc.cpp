@@ -1,0 +1,306 @@
+// Blocked-layout kernels: weight packing, the work split, layout conversion, global pooling,
+// the portable conv / pool (any CPU) and the reference twin. The AVX-512 conv and pool are in
+// nchwc_avx512.cpp.
+#include "kernels/nchwc.hpp"
+
+#include "runtime/thread_pool.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace basalt::kernels::nchwc {
+
+bool conv_supported(const Conv2dShape& s, bool plain_input) {
+  if (s.G == 1) return true;
+  return !plain_input && s.G == s.C && s.M == s.C;
+}
+
+ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, bool plain_input) {
+  ConvWeights cw;
+  cw.s = s;
+  cw.plain_input = plain_input;
+  cw.depthwise = s.G > 1;
+  const int64_t KK = s.KH * s.KW;
+  if (cw.depthwise) {
+    const int64_t CB = blocks(s.C);
+    cw.w.assign(size_t(CB * KK * 16), 0.f);
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t k = 0; k < KK; ++k) cw.w[size_t(((c / 16) * KK + k) * 16 + c % 16)] = w[c * KK + k];
+    cw.bias.assign(size_t(CB * 16), 0.f);
+  } else {
+    const int64_t OB = blocks(s.M), ICB = blocks(s.C);
+    cw.w.assign(size_t(OB * ICB * KK * 256), 0.f);
+    for (int64_t m = 0; m < s.M; ++m)
+      for (int64_t c = 0; c < s.C; ++c)
+        for (int64_t k = 0; k < KK; ++k)
+          cw.w[size_t(dense_w_index(s, m, c, k))] = w[(m * s.C + c) * KK + k];
+    cw.bias.assign(size_t(OB * 16), 0.f);
+  }
+  if (bias) std::copy(bias, bias + s.M, cw.bias.begin());
+  return cw;
+}
+
+ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s) {
+  ConvTiling t;
+  if (cw.depthwise) {
+    t.groups = blocks(s.C);
+    t.rows = s.OH;
+    t.row_len = s.OW;
+    t.rows_per_task = std::clamp<int64_t>(512 / std::max<int64_t>(1, s.OW), 1, std::max<int64_t>(1, s.OH));
+    return t;
+  }
+  t.groups = (blocks(s.M) + 3) / 4;
+  t.flat = true;
+  t.row_len = 96;  // pixels per segment: a multiple of every tile width (6, 8, 12)
+  t.rows = (s.OH * s.OW + t.row_len - 1) / t.row_len;
+  t.rows_per_task = 1;
+  return t;
+}
+
+void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
+                        const Activation& act, float* y, int64_t task0, int64_t task1) {
+  const ConvTiling t = conv_tiling(cw, s);
+  const int64_t rtasks = (t.rows + t.rows_per_task - 1) / t.rows_per_task;
+  const int64_t ICB = blocks(s.C), OB = cw.depthwise ? ICB : blocks(s.M), KK = s.KH * s.KW;
+  const int64_t x_img = cw.plain_input ? s.C * s.H * s.W : ICB * s.H * s.W * 16;
+  const int64_t y_img = OB * s.OH * s.OW * 16;
+  for (int64_t task = task0; task < task1; ++task) {
+    int64_t rt = task % rtasks, grp = (task / rtasks) % t.groups, n = task / rtasks / t.groups;
+    int64_t r0 = rt * t.rows_per_task, r1 = std::min(t.rows, r0 + t.rows_per_task);
+    int64_t p0 = t.flat ? r0 * t.row_len : r0 * s.OW;
+    int64_t p1 = t.flat ? std::min(r1 * t.row_len, s.OH * s.OW) : r1 * s.OW;
+    int64_t ob0 = cw.depthwise ? grp : grp * 4, ob1 = cw.depthwise ? grp + 1 : std::min(OB, ob0 + 4);
+    const float* xn = x + n * x_img;
+    for (int64_t ob = ob0; ob < ob1; ++ob)
+      for (int64_t pix = p0; pix < p1; ++pix) {
+        const int64_t oh = pix / s.OW, ow = pix % s.OW;
+        const int64_t yo = n * y_img + (ob * s.OH * s.OW + pix) * 16;
+        for (int64_t l = 0; l < 16; ++l) {
+          const int64_t m = ob * 16 + l;
+          if (m >= s.M) {
+            y[yo + l] = 0.f;
+            continue;
+          }
+          float acc = 0.f;
+          for (int64_t kh = 0; kh < s.KH; ++kh) {
+            int64_t ih = oh * s.sh - s.pt + kh * s.dh;
+            if (ih < 0 || ih >= s.H) continue;
+            for (int64_t kw = 0; kw < s.KW; ++kw) {
+              int64_t iw = ow * s.sw - s.pl + kw * s.dw;
+              if (iw < 0 || iw >= s.W) continue;
+              const int64_t k = kh * s.KW + kw;
+              if (cw.depthwise) {
+                acc += xn[((ob * s.H + ih) * s.W + iw) * 16 + l] * cw.w[size_t((ob * KK + k) * 16 + l)];
+                continue;
+              }
+              for (int64_t c = 0; c < s.C; ++c) {
+                float xv = cw.plain_input ? xn[(c * s.H + ih) * s.W + iw] : xn[(((c / 16) * s.H + ih) * s.W + iw) * 16 + c % 16];
+                acc += xv * cw.w[size_t(dense_w_index(s, m, c, k))];
+              }
+            }
+          }
+          acc += cw.bias[size_t(m)];
+          if (residual) acc += residual[yo + l];
+          y[yo + l] = apply_activation(act, acc);
+        }
+      }
+  }
+}
+
+namespace {
+
+// The input extent a dense conv reads, padding included: [Hp, Wp] with the image at (pt, pl).
+void padded_extent(const Conv2dShape& s, int64_t& Hp, int64_t& Wp) {
+  Hp = std::max(s.H + s.pt, (s.OH - 1) * s.sh + (s.KH - 1) * s.dh + 1);
+  Wp = std::max(s.W + s.pl, (s.OW - 1) * s.sw + (s.KW - 1) * s.dw + 1);
+}
+
+bool needs_padding(const ConvWeights& cw, const Conv2dShape& s) {
+  if (cw.depthwise) return false;
+  int64_t Hp, Wp;
+  padded_extent(s, Hp, Wp);
+  return Hp != s.H || Wp != s.W || s.pt || s.pl;
+}
+
+}  // namespace
+
+int64_t conv_workspace_floats(const ConvWeights& cw, const Conv2dShape& s) {
+  if (!needs_padding(cw, s)) return 0;
+  int64_t Hp, Wp;
+  padded_extent(s, Hp, Wp);
+  const int64_t planes = cw.plain_input ? s.C : blocks(s.C) * 16;  // blocked: 16 floats per pixel
+  return s.N * planes * Hp * Wp;
+}
+
+void conv(Isa isa, const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
+          const Activation& act, float* y, ThreadPool* pool, float* workspace) {
+  if (s.N <= 0 || s.OH <= 0 || s.OW <= 0) return;
+  if (int(isa) > int(best_isa())) isa = best_isa();
+  auto* fn = &conv_rows_portable;
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512) fn = &conv_rows_avx512;
+#endif
+  Conv2dShape sp = s;
+  if (needs_padding(cw, s)) {  // copy into a zero-padded buffer: the kernels then never test a tap
+    int64_t Hp, Wp;
+    padded_extent(s, Hp, Wp);
+    const int64_t pix = cw.plain_input ? 1 : 16;  // floats per pixel of a plane
+    const int64_t planes = s.N * (cw.plain_input ? s.C : blocks(s.C));
+    parallel_for(pool, planes, 1, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const float* src = x + p * s.H * s.W * pix;
+        float* dst = workspace + p * Hp * Wp * pix;
+        for (int64_t r = 0; r < Hp; ++r) {
+          float* d = dst + r * Wp * pix;
+          const int64_t ih = r - s.pt;
+          if (ih < 0 || ih >= s.H) {
+            std::memset(d, 0, size_t(Wp * pix) * sizeof(float));
+            continue;
+          }
+          std::memset(d, 0, size_t(s.pl * pix) * sizeof(float));
+          std::memcpy(d + s.pl * pix, src + ih * s.W * pix, size_t(s.W * pix) * sizeof(float));
+          std::memset(d + (s.pl + s.W) * pix, 0, size_t((Wp - s.pl - s.W) * pix) * sizeof(float));
+        }
+      }
+    });
+    sp.H = Hp;
+    sp.W = Wp;
+    sp.pt = sp.pl = 0;
+    x = workspace;
+  }
+  const ConvTiling t = conv_tiling(cw, sp);
+  parallel_for(pool, t.tasks(sp.N), 1, [&](int64_t t0, int64_t t1) { fn(cw, sp, x, residual, act, y, t0, t1); });
+}
+
+void conv_reference(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
+                    const Activation& act, float* y) {
+  const int64_t ICB = blocks(s.C), OB = cw.depthwise ? ICB : blocks(s.M), KK = s.KH * s.KW;
+  for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t m = 0; m < OB * 16; ++m)
+      for (int64_t oh = 0; oh < s.OH; ++oh)
+        for (int64_t ow = 0; ow < s.OW; ++ow) {
+          const int64_t yo = (((n * OB + m / 16) * s.OH + oh) * s.OW + ow) * 16 + m % 16;
+          if (m >= s.M) {
+            y[yo] = 0.f;
+            continue;
+          }
+          double acc = cw.bias[size_t(m)];
+          for (int64_t kh = 0; kh < s.KH; ++kh)
+            for (int64_t kw = 0; kw < s.KW; ++kw) {
+              int64_t ih = oh * s.sh - s.pt + kh * s.dh, iw = ow * s.sw - s.pl + kw * s.dw;
+              if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
+              const int64_t k = kh * s.KW + kw;
+              auto xat = [&](int64_t c) {
+                return cw.plain_input ? x[((n * s.C + c) * s.H + ih) * s.W + iw]
+                                      : x[((((n * ICB) + c / 16) * s.H + ih) * s.W + iw) * 16 + c % 16];
+              };
+              if (cw.depthwise) {
+                acc += double(xat(m)) * cw.w[size_t(((m / 16) * KK + k) * 16 + m % 16)];
+              } else {
+                for (int64_t c = 0; c < s.C; ++c)
+                  acc += double(xat(c)) * cw.w[size_t(dense_w_index(s, m, c, k))];
+              }
+            }
+          float v = float(acc);
+          if (residual) v += residual[yo];
+          y[yo] = apply_activation(act, v);
+        }
+}
+
+void to_blocked(Isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
+  const int64_t CB = blocks(C);
+  parallel_for(pool, N * CB, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n = b / CB, cb = b % CB, nc = std::min<int64_t>(16, C - cb * 16);
+      const float* xs = x + (n * C + cb * 16) * HW;
+      float* yb = y + b * HW * 16;
+      for (int64_t p = 0; p < HW; ++p) {
+        float* yp = yb + p * 16;
+        for (int64_t c = 0; c < nc; ++c) yp[c] = xs[c * HW + p];
+        for (int64_t c = nc; c < 16; ++c) yp[c] = 0.f;
+      }
+    }
+  });
+}
+
+void from_blocked(Isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
+  const int64_t CB = blocks(C);
+  parallel_for(pool, N * CB, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n = b / CB, cb = b % CB, nc = std::min<int64_t>(16, C - cb * 16);
+      const float* xb = x + b * HW * 16;
+      float* ys = y + (n * C + cb * 16) * HW;
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t p = 0; p < HW; ++p) ys[c * HW + p] = xb[p * 16 + c];
+    }
+  });
+}
+
+namespace {
+
+void pool_planes_portable(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t) {
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const float* xp = x + pl * g.H * g.W * 16;
+    float* yp = y + pl * g.OH * g.OW * 16;
+    for (int64_t oh = 0; oh < g.OH; ++oh)
+      for (int64_t ow = 0; ow < g.OW; ++ow)
+        for (int64_t l = 0; l < 16; ++l) {
+          float acc = g.avg ? 0.f : -std::numeric_limits<float>::infinity();
+          bool any = false;
+          for (int64_t kh = 0; kh < g.kh; ++kh) {
+            int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+            if (ih < 0 || ih >= g.H) continue;
+            for (int64_t kw = 0; kw < g.kw; ++kw) {
+              int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+              if (iw < 0 || iw >= g.W) continue;
+              float v = xp[(ih * g.W + iw) * 16 + l];
+              any = true;
+              if (g.avg) acc += v;
+              else if (v > acc) acc = v;
+            }
+          }
+          if (g.avg) {
+            float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[size_t(ow)] : t.cnt_h[size_t(oh)] * t.cnt_w[size_t(ow)];
+            acc = cnt > 0 ? acc / cnt : 0.f;
+          } else if (!any) {
+            acc = 0.f;
+          }
+          yp[(oh * g.OW + ow) * 16 + l] = acc;
+        }
+  }
+}
+
+}  // namespace
+
+void pool(Isa isa, const float* x, float* y, int64_t planes, const Pool2D& g, ThreadPool* tp) {
+  if (planes <= 0 || g.OH <= 0 || g.OW <= 0) return;
+  if (int(isa) > int(best_isa())) isa = best_isa();
+  auto* fn = &pool_planes_portable;
+#if defined(__x86_64__)
+  if (isa == Isa::Avx512) fn = &pool_planes_avx512;
+#endif
+  const PoolTables t(g);
+  parallel_for(tp, planes, 1, [&](int64_t p0, int64_t p1) { fn(x, y, p0, p1, g, t); });
+}
+
+void global_pool(Isa, bool avg, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
+  const int64_t CB = blocks(C);
+  parallel_for(pool, N * CB, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n = b / CB, cb = b % CB, nc = std::min<int64_t>(16, C - cb * 16);
+      const float* xb = x + b * HW * 16;
+      float acc[16];
+      for (int64_t l = 0; l < 16; ++l) acc[l] = avg ? 0.f : -std::numeric_limits<float>::infinity();
+      for (int64_t p = 0; p < HW; ++p)
+        for (int64_t l = 0; l < 16; ++l) {
+          float v = xb[p * 16 + l];
+          if (avg) acc[l] += v;
+          else if (v > acc[l]) acc[l] = v;
+        }
+      for (int64_t l = 0; l < nc; ++l) y[n * C + cb * 16 + l] = avg ? acc[l] / float(HW) : acc[l];
+    }
+  });
+}
+
+}  // namespace basalt::kernels::nchwc

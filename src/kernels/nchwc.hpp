@@ -1,0 +1,106 @@
+// Blocked channel layout ("NCHWc", block 16) for chains of convolutions and pools (issue 5).
+//
+// A blocked tensor holds an NCHW float32 tensor [N, C, H, W] as [N, CB, H, W, 16], CB = ceil(C/16):
+// element (n, c, h, w) lives at ((n*CB + c/16)*H + h)*W + w)*16 + c%16. Channels C..CB*16-1 (the
+// padding of the last block) are always 0: every kernel here writes 0 there, so a chain of
+// blocked ops never carries anything but zeros in them.
+//
+// Why: a convolution on blocked tensors is an outer product of 16 output channels (one zmm of
+// weights) by a few output pixels (broadcast input values), with every operand read in place:
+// no im2col, no packing of activations at run time, and the output of one pixel is one aligned
+// vector. Pools and depthwise convs vectorize along the 16 channels of a pixel.
+//
+// The optimizer (opt/layout_nchwc.cpp) rewrites chains of Conv / pools into the basalt-domain ops
+// of ops/nchwc.cpp and converts at the chain's ends (docs/fused_ops.md).
+#pragma once
+
+#include "kernels/activation.hpp"
+#include "kernels/conv.hpp"
+#include "kernels/cpu.hpp"
+#include "kernels/pool.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace basalt {
+class ThreadPool;
+}
+
+namespace basalt::kernels::nchwc {
+
+constexpr int64_t kBlock = 16;
+inline int64_t blocks(int64_t c) { return (c + kBlock - 1) / kBlock; }
+
+// Weights of a convolution packed for the blocked kernels.
+// - Dense (G == 1): groups of up to 4 output blocks (64 channels), each [ICB][KH][KW][16 ic][F*16 oc]
+//   (F = the group's blocks), ICB = blocks(C): the F weight vectors of one input channel and tap
+//   are contiguous (dense_w_index).
+// - Depthwise (G == C == M): [CB][KH][KW][16].
+// Padding entries are 0. bias is padded to OB*16 (0 when the conv has none).
+struct ConvWeights {
+  Conv2dShape s;
+  bool depthwise = false;
+  bool plain_input = false;  // the input is NCHW (the first conv of a chain), not blocked
+  std::vector<float> w, bias;
+  size_t bytes() const { return (w.size() + bias.size()) * sizeof(float); }
+};
+
+// Index of weight (m, c, tap k) of a dense conv in ConvWeights::w.
+inline int64_t dense_w_index(const Conv2dShape& s, int64_t m, int64_t c, int64_t k) {
+  const int64_t OB = blocks(s.M), ICB = blocks(s.C), KK = s.KH * s.KW;
+  const int64_t g = m / 64, F = std::min<int64_t>(4, OB - 4 * g);
+  return g * ICB * KK * 16 * 64 + (((c / 16) * KK + k) * 16 + c % 16) * F * 16 + (m / 16 % 4) * 16 + m % 16;
+}
+
+// True when the blocked kernels handle conv shape `s` (2-D; G == 1, or depthwise with M == C).
+// A plain input is supported for G == 1 only.
+bool conv_supported(const Conv2dShape& s, bool plain_input);
+ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, bool plain_input);
+
+// Workspace floats conv() needs for sizes `s`: a padded copy of the input when a dense conv pads
+// (0 otherwise).
+int64_t conv_workspace_floats(const ConvWeights& cw, const Conv2dShape& s);
+
+// y = act(conv(x, w) + bias + residual), x blocked (or NCHW when cw.plain_input), y and residual
+// (may be null) blocked [N, blocks(M), OH, OW, 16]. `s` gives this call's sizes (N, H, W, OH, OW
+// may differ from the packed shape; channels, kernel, strides, dilations and pads may not).
+// `workspace`: conv_workspace_floats(cw, s) floats.
+void conv(Isa isa, const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
+          const Activation& act, float* y, ThreadPool* pool, float* workspace);
+
+// NCHW [N, C, HW] -> blocked [N, CB, HW, 16] (padding channels 0), and back.
+void to_blocked(Isa isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool);
+void from_blocked(Isa isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool);
+
+// Max / average pooling on blocked tensors, the semantics of kernels/pool.hpp (Pool2D) per
+// channel; planes = N * CB.
+void pool(Isa isa, const float* x, float* y, int64_t planes, const Pool2D& g, ThreadPool* pool);
+// Global average (avg) or max pool of a blocked [N, CB, HW, 16] into NCHW [N, C, 1, 1].
+void global_pool(Isa isa, bool avg, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool);
+
+// Reference twins (plain loops over the blocked indexing; double accumulation for conv).
+void conv_reference(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
+                    const Activation& act, float* y);
+
+// Per-ISA entry points (nchwc.cpp = portable, nchwc_avx512.cpp); `conv` etc. dispatch to them.
+void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
+                        const Activation& act, float* y, int64_t task0, int64_t task1);
+void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
+                      const Activation& act, float* y, int64_t task0, int64_t task1);
+void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
+
+// Work split of conv: tasks [0, tasks(N)) cover every (image, channel group, row range).
+// Dense: groups of up to 4 output blocks, rows = segments of row_len consecutive output pixels
+// (flat). Depthwise: one group per channel block, rows = output rows.
+struct ConvTiling {
+  int64_t groups = 0;
+  int64_t rows = 0;
+  int64_t row_len = 0;    // pixels per row
+  int64_t rows_per_task = 1;
+  bool flat = false;      // rows are pixel segments of the image's output, not output rows
+  int64_t tasks(int64_t N) const { return N * groups * ((rows + rows_per_task - 1) / rows_per_task); }
+};
+ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s);
+
+}  // namespace basalt::kernels::nchwc

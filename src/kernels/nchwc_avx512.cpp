@@ -1,0 +1,374 @@
+// Blocked-layout (NCHWc, block 16) kernels for AVX-512: dense and depthwise convolution, pooling.
+//
+// Dense conv: a tile is P output pixels of one row x F output-channel blocks (F*16 channels),
+// kept in P*F zmm accumulators (F = 4: P = 6; F <= 2: P = 12). For each input channel and tap
+// the tile loads F weight vectors and broadcasts P input values: every operand read in place.
+// The input channels are walked in chunks whose weights fit L1 (kChunkFloats); partial sums of a
+// chunk go to the output and come back for the next chunk, so the output rows of a task stay in L1
+// while the chunk's weights are reused over all of them. The last chunk applies bias, residual
+// and activation in registers and writes zeros into the padding channels.
+// Padding: conv() first copies a padded input into the workspace, so the dense kernel never
+// tests a tap; tiles are runs of consecutive output pixels that may span rows.
+#include "kernels/activation_avx512.hpp"
+#include "kernels/nchwc.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <immintrin.h>
+#include <limits>
+#include <vector>
+
+namespace basalt::kernels::nchwc {
+
+namespace {
+
+struct ConvArgs {
+  const ConvWeights* cw;
+  const Conv2dShape* s;
+  const float* x;         // image n
+  const float* res;       // image n, or null
+  float* y;               // image n
+  int64_t xs_blk, xs_ic, xs_row, xs_pix;  // input strides (floats): channel block, channel in block, row, pixel
+  int64_t ys_blk;         // output stride between channel blocks
+  int64_t wblk;           // packed-weight floats per group of 4 output blocks
+  int64_t OB, ICB;
+  const Activation* act;
+};
+
+// Channels of output block ob that exist (16 except in the last block).
+inline __mmask16 valid_lanes(const ConvArgs& a, int64_t ob) {
+  int64_t n = a.s->M - ob * 16;
+  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
+}
+
+
+// The inner product of one tile: P output pixels x F output blocks, over `ntaps` taps (an input
+// block and a kernel position: the input offsets in taps[]), each of NIC input channels
+// (16 for a blocked input, C for a plain one). xp[p]: pixel p's input at tap offset 0; w: the
+// taps' weights, 16 * F * 16 floats per tap (dense_w_index). acc is loaded from / stored to y
+// (F blocks of ys_blk floats apart, P pixels of 16 floats); `first`: start from 0 instead.
+// Kept out of line with only what its loops need, so the accumulators, weights and pixel
+// pointers all stay in registers.
+// pf (may be null): weights to prefetch into L2 alongside, at the same pace as w (the next chunk's,
+// so that they stream in from memory while this chunk computes).
+// The last chunk's epilogue, applied in registers before the store.
+struct TileEpilogue {
+  const float* bias;      // the tile's first block's 16 channels; F blocks follow
+  const float* residual;  // at the tile's first output, laid out like y; or null
+  const Activation* act;
+  __mmask16 last_lanes;   // channels that exist in the tile's last block
+};
+
+template <int F, int P, bool PLAIN>
+__attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t* taps, int64_t ntaps, int nic,
+                                           int64_t xs_ic, const float* w, float* y, int64_t ys_blk, bool first,
+                                           const float* pf, const TileEpilogue* epi) {
+  __m512 acc[P][F];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+    for (int f = 0; f < F; ++f) acc[p][f] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + f * ys_blk + p * 16);
+  const float* x[P];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) x[p] = xp[p];
+  if constexpr (!PLAIN) nic = 16;
+  for (int64_t t = 0; t < ntaps; ++t, w += 16 * F * 16) {
+    const int64_t off = taps[t];
+    const float* wp = w;
+#pragma GCC unroll 4
+    for (int ic = 0; ic < nic; ++ic, wp += F * 16) {
+      if (pf) {
+#pragma GCC unroll 4
+        for (int f = 0; f < F; ++f) _mm_prefetch(reinterpret_cast<const char*>(pf + (t * 16 + ic) * F * 16 + f * 16), _MM_HINT_T1);
+      }
+      const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
+      __m512 wv[F];
+#pragma GCC unroll 4
+      for (int f = 0; f < F; ++f) wv[f] = _mm512_loadu_ps(wp + f * 16);
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) {
+        const __m512 b = _mm512_set1_ps(x[p][o]);
+#pragma GCC unroll 4
+        for (int f = 0; f < F; ++f) acc[p][f] = _mm512_fmadd_ps(b, wv[f], acc[p][f]);
+      }
+    }
+  }
+  if (epi) {
+#pragma GCC unroll 4
+    for (int f = 0; f < F; ++f) {
+      const __m512 b = _mm512_loadu_ps(epi->bias + f * 16);
+      const __mmask16 lanes = f == F - 1 ? epi->last_lanes : __mmask16(0xFFFF);
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) {
+        __m512 v = _mm512_add_ps(acc[p][f], b);
+        if (epi->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(epi->residual + f * ys_blk + p * 16));
+        acc[p][f] = _mm512_maskz_mov_ps(lanes, act_zmm(v, *epi->act));
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+    for (int f = 0; f < F; ++f) _mm512_storeu_ps(y + f * ys_blk + p * 16, acc[p][f]);
+}
+
+// P consecutive output pixels [pix0, pix0 + P) of the image (they may span rows; pofs: their
+// input offsets) x output blocks [ob, ob + F), input blocks [c0, c1). The input has no padding
+// (conv() copies it into a padded buffer first), so every tap of every pixel is inside it.
+// first: start from 0 (else from y); last: apply the epilogue.
+template <int F, int P, bool PLAIN>
+void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* pofs, int64_t ob, int64_t c0,
+          int64_t c1, bool first, bool last, const float* pf) {
+  const Conv2dShape& s = *a.s;
+  const int64_t KK = s.KH * s.KW;
+  float* y = a.y + ob * a.ys_blk + pix0 * 16;
+  const float* xp[P];
+  for (int p = 0; p < P; ++p) xp[p] = a.x + pofs[p];
+  const float* w = a.cw->w.data() + (ob / 4) * a.wblk + c0 * KK * 16 * F * 16;  // dense_w_index
+  const int nic = PLAIN ? int(std::min<int64_t>(16, s.C)) : 16;  // (plain inputs have one block)
+  TileEpilogue epi;
+  if (last) {
+    epi.bias = a.cw->bias.data() + ob * 16;
+    epi.residual = a.res ? a.res + ob * a.ys_blk + pix0 * 16 : nullptr;
+    epi.act = a.act;
+    epi.last_lanes = valid_lanes(a, ob + F - 1);
+  }
+  tile_kernel<F, P, PLAIN>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
+                           last ? &epi : nullptr);
+}
+
+template <int F>
+constexpr int max_pixels() {
+  return F >= 4 ? 6 : 8;  // (more pixels would run out of general registers for their pointers)
+}
+
+template <int F, int P, bool PLAIN>
+void tiles_p(const ConvArgs& a, const int64_t* taps, int64_t pix, const int64_t* pofs, int64_t n, int64_t ob,
+             int64_t c0, int64_t c1, bool first, bool last, const float* pf) {
+  // n < max P: one tile of exactly n pixels
+  if constexpr (P > 1) {
+    if (n < P) return tiles_p<F, P - 1, PLAIN>(a, taps, pix, pofs, n, ob, c0, c1, first, last, pf);
+  }
+  tile<F, P, PLAIN>(a, taps, pix, pofs, ob, c0, c1, first, last, pf);
+}
+
+// Floats of weights per chunk of input blocks (L1 is 48 KB: leave room for the input and output).
+constexpr int64_t kChunkFloats = 8192;
+constexpr int64_t kSegment = 96;  // ConvTiling::row_len of dense convs (nchwc.cpp)
+
+// Output pixels [p0, p1) of the image, blocks [ob, ob + F): input-block chunks outside, so the
+// chunk's weights stay in L1 over the segment's tiles.
+template <int F, bool PLAIN>
+void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0, int64_t p1) {
+  const Conv2dShape& s = *a.s;
+  const int64_t per_blk = s.KH * s.KW * 256 * F;
+  const int64_t chunk = std::max<int64_t>(1, kChunkFloats / per_blk);
+  constexpr int PM = max_pixels<F>();
+  // input offset of each output pixel's first tap
+  int64_t pofs[kSegment];
+  for (int64_t pix = p0, oh = p0 / s.OW, ow = p0 % s.OW; pix < p1; ++pix) {
+    pofs[pix - p0] = oh * s.sh * a.xs_row + ow * s.sw * a.xs_pix;
+    if (++ow == s.OW) ow = 0, ++oh;
+  }
+  for (int64_t c0 = 0; c0 < a.ICB; c0 += chunk) {
+    const int64_t c1 = std::min(a.ICB, c0 + chunk);
+    const bool first = c0 == 0, last = c1 == a.ICB;
+    // the first tile prefetches the next chunk's weights (each chunk's weights are read from
+    // memory once per segment; the other tiles find them in cache)
+    const float* next = c1 < a.ICB ? a.cw->w.data() + (ob / 4) * a.wblk + c1 * s.KH * s.KW * 16 * F * 16 : nullptr;
+    for (int64_t pix = p0; pix < p1; pix += PM)
+      tiles_p<F, PM, PLAIN>(a, taps, pix, pofs + (pix - p0), std::min<int64_t>(PM, p1 - pix), ob, c0, c1, first, last,
+                            pix == p0 ? next : nullptr);
+  }
+}
+
+// ------------------------------------------------------------------ depthwise
+
+// Depthwise: block cb of image n, output rows [r0, r1). Each pixel is one zmm (16 channels):
+// P pixels at a time, the taps' weights loaded once per tile.
+template <int P>
+void dw_tile(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias, const float* rb, const Activation& act,
+             __mmask16 lanes, float* yb, int64_t oh, int64_t ow0, int64_t kh0, int64_t kh1) {
+  __m512 acc[P];
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) acc[p] = bias;
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* xr = xb + (oh * s.sh - s.pt + kh * s.dh) * s.W * 16;
+    for (int64_t kw = 0; kw < s.KW; ++kw) {
+      const __m512 w = _mm512_loadu_ps(wb + (kh * s.KW + kw) * 16);
+      const float* xp = xr + (ow0 * s.sw - s.pl + kw * s.dw) * 16;
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) acc[p] = _mm512_fmadd_ps(_mm512_loadu_ps(xp + p * s.sw * 16), w, acc[p]);
+    }
+  }
+  float* y = yb + (oh * s.OW + ow0) * 16;
+#pragma GCC unroll 16
+  for (int p = 0; p < P; ++p) {
+    __m512 v = acc[p];
+    if (rb) v = _mm512_add_ps(v, _mm512_loadu_ps(rb + (oh * s.OW + ow0 + p) * 16));
+    _mm512_storeu_ps(y + p * 16, _mm512_maskz_mov_ps(lanes, act_zmm(v, act)));
+  }
+}
+
+void dw_edge(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias, const float* rb, const Activation& act,
+             __mmask16 lanes, float* yb, int64_t oh, int64_t ow, int64_t kh0, int64_t kh1) {
+  __m512 acc = bias;
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* xr = xb + (oh * s.sh - s.pt + kh * s.dh) * s.W * 16;
+    for (int64_t kw = 0; kw < s.KW; ++kw) {
+      int64_t iw = ow * s.sw - s.pl + kw * s.dw;
+      if (iw < 0 || iw >= s.W) continue;
+      acc = _mm512_fmadd_ps(_mm512_loadu_ps(xr + iw * 16), _mm512_loadu_ps(wb + (kh * s.KW + kw) * 16), acc);
+    }
+  }
+  __m512 v = acc;
+  if (rb) v = _mm512_add_ps(v, _mm512_loadu_ps(rb + (oh * s.OW + ow) * 16));
+  _mm512_storeu_ps(yb + (oh * s.OW + ow) * 16, _mm512_maskz_mov_ps(lanes, act_zmm(v, act)));
+}
+
+template <int P>
+void dw_tiles(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias, const float* rb,
+              const Activation& act, __mmask16 lanes, float* yb, int64_t oh, int64_t ow, int64_t n, int64_t kh0,
+              int64_t kh1) {
+  if constexpr (P > 1) {
+    if (n < P) return dw_tiles<P - 1>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, n, kh0, kh1);
+  }
+  dw_tile<P>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
+}
+
+void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* res, const Activation& act,
+             float* y, int64_t n, int64_t cb, int64_t r0, int64_t r1) {
+  const int64_t CB = blocks(s.C);
+  const float* xb = x + (n * CB + cb) * s.H * s.W * 16;
+  const int64_t yo = (n * CB + cb) * s.OH * s.OW * 16;
+  const float* rb = res ? res + yo : nullptr;
+  float* yb = y + yo;
+  const float* wb = cw.w.data() + cb * s.KH * s.KW * 16;
+  const __m512 bias = _mm512_loadu_ps(cw.bias.data() + cb * 16);
+  const int64_t nv = s.C - cb * 16;
+  const __mmask16 lanes = nv >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nv) - 1u);
+  int64_t owa = s.pl > 0 ? (s.pl + s.sw - 1) / s.sw : 0;
+  int64_t last_tap = (s.KW - 1) * s.dw - s.pl;
+  int64_t owb = s.W - 1 - last_tap >= 0 ? (s.W - 1 - last_tap) / s.sw + 1 : 0;
+  owa = std::min(owa, s.OW);
+  owb = std::clamp(owb, owa, s.OW);
+  for (int64_t oh = r0; oh < r1; ++oh) {
+    int64_t kh0 = 0, kh1 = s.KH;
+    while (kh0 < kh1 && oh * s.sh - s.pt + kh0 * s.dh < 0) ++kh0;
+    while (kh1 > kh0 && oh * s.sh - s.pt + (kh1 - 1) * s.dh >= s.H) --kh1;
+    for (int64_t ow = 0; ow < owa; ++ow) dw_edge(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
+    for (int64_t ow = owa; ow < owb; ow += 8)
+      dw_tiles<8>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, std::min<int64_t>(8, owb - ow), kh0, kh1);
+    for (int64_t ow = owb; ow < s.OW; ++ow) dw_edge(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
+  }
+}
+
+}  // namespace
+
+void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
+                      const Activation& act, float* y, int64_t task0, int64_t task1) {
+  const ConvTiling t = conv_tiling(cw, s);
+  const int64_t rtasks = (t.rows + t.rows_per_task - 1) / t.rows_per_task;
+  if (cw.depthwise) {
+    for (int64_t task = task0; task < task1; ++task) {
+      int64_t rt = task % rtasks, cb = (task / rtasks) % t.groups, n = task / rtasks / t.groups;
+      int64_t r0 = rt * t.rows_per_task, r1 = std::min(t.rows, r0 + t.rows_per_task);
+      dw_task(cw, s, x, residual, act, y, n, cb, r0, r1);
+    }
+    return;
+  }
+  const int64_t OB = blocks(s.M), ICB = blocks(s.C);
+  ConvArgs a;
+  a.cw = &cw;
+  a.s = &s;
+  a.act = &act;
+  a.OB = OB;
+  a.ICB = ICB;
+  a.ys_blk = s.OH * s.OW * 16;
+  a.wblk = ICB * s.KH * s.KW * 16 * 64;
+  const int64_t H = s.H, W = s.W;
+  if (cw.plain_input) {
+    a.xs_blk = 16 * H * W;
+    a.xs_ic = H * W;
+    a.xs_row = W;
+    a.xs_pix = 1;
+  } else {
+    a.xs_blk = H * W * 16;
+    a.xs_ic = 1;
+    a.xs_row = W * 16;
+    a.xs_pix = 16;
+  }
+  const int64_t x_img = cw.plain_input ? s.C * H * W : ICB * H * W * 16;
+  const int64_t y_img = OB * s.OH * s.OW * 16;
+  if (t.row_len > kSegment) return;  // (conv_tiling and this file disagree: never)
+  const int64_t segs = (s.OH * s.OW + t.row_len - 1) / t.row_len;
+  // input offset of every (input block, kernel row, kernel column), in weight order
+  std::vector<int64_t> taps(size_t(ICB * s.KH * s.KW));
+  for (int64_t icb = 0, i = 0; icb < ICB; ++icb)
+    for (int64_t kh = 0; kh < s.KH; ++kh)
+      for (int64_t kw = 0; kw < s.KW; ++kw) taps[size_t(i++)] = icb * a.xs_blk + kh * s.dh * a.xs_row + kw * s.dw * a.xs_pix;
+  for (int64_t task = task0; task < task1; ++task) {
+    int64_t seg = task % segs, grp = (task / segs) % t.groups, n = task / segs / t.groups;
+    int64_t p0 = seg * t.row_len, p1 = std::min(s.OH * s.OW, p0 + t.row_len);
+    a.x = x + n * x_img;
+    a.y = y + n * y_img;
+    a.res = residual ? residual + n * y_img : nullptr;
+    const int64_t ob = grp * 4;
+    const int F = int(std::min<int64_t>(4, OB - ob));
+    if (cw.plain_input) {
+      switch (F) {
+        case 1: conv_segment<1, true>(a, taps.data(), ob, p0, p1); break;
+        case 2: conv_segment<2, true>(a, taps.data(), ob, p0, p1); break;
+        case 3: conv_segment<3, true>(a, taps.data(), ob, p0, p1); break;
+        default: conv_segment<4, true>(a, taps.data(), ob, p0, p1); break;
+      }
+    } else {
+      switch (F) {
+        case 1: conv_segment<1, false>(a, taps.data(), ob, p0, p1); break;
+        case 2: conv_segment<2, false>(a, taps.data(), ob, p0, p1); break;
+        case 3: conv_segment<3, false>(a, taps.data(), ob, p0, p1); break;
+        default: conv_segment<4, false>(a, taps.data(), ob, p0, p1); break;
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ pooling
+
+void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const float* xp = x + pl * g.H * g.W * 16;
+    float* yp = y + pl * g.OH * g.OW * 16;
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      int64_t kh0 = 0, kh1 = g.kh;
+      while (kh0 < kh1 && oh * g.sh - g.ph + kh0 * g.dh < 0) ++kh0;
+      while (kh1 > kh0 && oh * g.sh - g.ph + (kh1 - 1) * g.dh >= g.H) --kh1;
+      for (int64_t ow = 0; ow < g.OW; ++ow) {
+        __m512 acc = g.avg ? _mm512_setzero_ps() : ninf;
+        bool any = false;
+        for (int64_t kh = kh0; kh < kh1; ++kh) {
+          const float* xr = xp + (oh * g.sh - g.ph + kh * g.dh) * g.W * 16;
+          for (int64_t kw = 0; kw < g.kw; ++kw) {
+            int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+            if (iw < 0 || iw >= g.W) continue;
+            __m512 v = _mm512_loadu_ps(xr + iw * 16);
+            any = true;
+            if (g.avg) acc = _mm512_add_ps(acc, v);
+            else acc = _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ), v);
+          }
+        }
+        if (g.avg) {
+          float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[size_t(ow)]
+                                          : t.cnt_h[size_t(oh)] * t.cnt_w[size_t(ow)];
+          acc = cnt > 0 ? _mm512_div_ps(acc, _mm512_set1_ps(cnt)) : _mm512_setzero_ps();
+        } else if (!any) {
+          acc = _mm512_setzero_ps();
+        }
+        _mm512_storeu_ps(yp + (oh * g.OW + ow) * 16, acc);
+      }
+    }
+  }
+}
+
+}  // namespace basalt::kernels::nchwc

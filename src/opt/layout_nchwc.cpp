@@ -1,0 +1,282 @@
+// Layout pass (level All): chains of convolutions and pools run on blocked tensors (kernels/
+// nchwc.hpp), converted only where a chain meets an op that wants NCHW.
+//
+// Rewrites (docs/fused_ops.md, "Blocked layout"):
+//   Conv / basalt::FusedConv (2-D, float, constant W and B, group 1 or depthwise, explicit pads)
+//       -> basalt::NchwcConv; its input is blocked when the producer's output is, plain NCHW for
+//          an input with few channels (<= 8: the first conv), else a basalt::ReorderToNchwc
+//          in front. Convs that Winograd would run (3x3, stride 1, large images) stay NCHW: there
+//          the Winograd kernel is faster than the direct blocked one.
+//   MaxPool / AveragePool (2-D, blocked input, no indices) -> basalt::NchwcMaxPool / NchwcAveragePool
+//   GlobalAveragePool / GlobalMaxPool (blocked input) -> basalt::NchwcGlobalAveragePool / ...MaxPool
+//       with an NCHW output (the chain ends there without a reorder)
+//   Concat on channels (blocked inputs, every channel count a multiple of 16) -> Concat axis 1 of
+//       the blocked tensors; Add of two blocked tensors of the same shape, Relu -> the same op on
+//       the blocked tensors.
+// A blocked value read by anything else (or a graph output) gets one basalt::ReorderFromNchwc.
+#include "kernels/cpu.hpp"
+#include "kernels/nchwc.hpp"
+#include "kernels/winograd.hpp"
+#include "opt/passes.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+#include <functional>
+#include <map>
+
+namespace basalt {
+
+namespace {
+
+bool std_op(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
+
+bool env_disabled() {
+  const char* e = std::getenv("BASALT_NCHWC");
+  return e && std::strcmp(e, "0") == 0;
+}
+
+// Explicit 2-D pads of a conv or pool: auto_pad NOTSET / VALID only.
+bool explicit_pads(const Node& n, std::string& why) {
+  std::string ap = n.attr_string("auto_pad", "NOTSET");
+  if (ap != "NOTSET" && ap != "VALID" && !ap.empty()) {
+    why = "auto_pad " + ap;
+    return false;
+  }
+  return true;
+}
+
+bool two_d(const Node& n, const char* attr, size_t want) {
+  if (!n.has_attr(attr)) return true;
+  return n.attr_ints(attr).size() == want;
+}
+
+}  // namespace
+
+void layout_nchwc(PassContext& ctx) {
+  const char* kPattern = "NCHWc layout";
+  if (env_disabled() || kernels::best_isa() != kernels::Isa::Avx512) return;
+  Graph& g = ctx.graph;
+  GraphIndex idx(g);
+  const StaticShapes st = infer_static_shapes(g);
+  const size_t nv = g.values.size();
+  // channels[v] > 0: value v will be blocked (its logical channel count)
+  std::vector<int64_t> channels(nv, 0);
+  std::vector<int> kind(g.nodes.size(), 0);  // 0 = unchanged, 1 = converted
+  std::vector<bool> plain_input(g.nodes.size(), false);
+  // per node: a conv, depthwise, small (min(C, M) <= 32, not a plain input)
+  std::vector<char> is_conv(g.nodes.size(), 0), is_dw(g.nodes.size(), 0), is_small(g.nodes.size(), 0);
+  std::vector<bool> forbidden(g.nodes.size(), false);
+  auto blocked = [&](int v) { return v >= 0 && size_t(v) < nv && channels[size_t(v)] > 0; };
+
+ for (bool stable = false; !stable;) {
+  std::fill(channels.begin(), channels.end(), 0);
+  std::fill(kind.begin(), kind.end(), 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (forbidden[i]) continue;
+    if (n.outputs.empty() || n.outputs[0] < 0) continue;
+    const int out = n.outputs[0];
+    std::string why;
+    if (std_op(n, "Conv") || (n.domain == "basalt" && n.op_type == "FusedConv")) {
+      const Tensor* w = n.inputs.size() > 1 ? constant_of(g, n.inputs[1]) : nullptr;
+      if (!w || w->dtype() != DType::Float || w->rank() != 4 || !w->raw()) {
+        ctx.reject(kPattern, n, "W is not a constant float32 4-D tensor");
+        continue;
+      }
+      if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+        const Tensor* b = constant_of(g, n.inputs[2]);
+        if (!b || b->dtype() != DType::Float || b->numel() != w->dim(0) || !b->raw()) {
+          ctx.reject(kPattern, n, "B is not a constant float32 vector");
+          continue;
+        }
+      }
+      if (!explicit_pads(n, why) || !two_d(n, "strides", 2) || !two_d(n, "dilations", 2) || !two_d(n, "pads", 4)) {
+        ctx.reject(kPattern, n, why.empty() ? "not a 2-D window" : why);
+        continue;
+      }
+      kernels::Conv2dShape s;
+      s.G = n.attr_int("group", 1);
+      s.M = w->dim(0);
+      s.C = w->dim(1) * s.G;
+      s.KH = w->dim(2);
+      s.KW = w->dim(3);
+      auto st2 = n.attr_ints("strides", {1, 1}), di = n.attr_ints("dilations", {1, 1});
+      s.sh = st2[0], s.sw = st2[1], s.dh = di[0], s.dw = di[1];
+      const bool input_blocked = blocked(n.inputs[0]);
+      const bool plain = !input_blocked && s.C <= 8 && s.G == 1;
+      if (!kernels::nchwc::conv_supported(s, plain)) {
+        ctx.reject(kPattern, n, "grouped conv that is not depthwise");
+        continue;
+      }
+      if (input_blocked && channels[size_t(n.inputs[0])] != s.C) continue;  // malformed: leave to the kernel
+      Shape xs;
+      int64_t pixels = st.get(n.inputs[0], xs) && xs.size() == 4 ? xs[2] * xs[3] : -1;
+      if (s.G == 1 && s.KH == 3 && s.KW == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
+          kernels::winograd_choose_tile(s, pixels) != 0) {
+        ctx.reject(kPattern, n, "3x3 conv left to Winograd");
+        continue;
+      }
+      kind[i] = 1;
+      plain_input[i] = plain;
+      is_conv[i] = 1;
+      is_dw[i] = s.G > 1;
+      is_small[i] = !plain && std::min(s.C, s.M) <= 32;
+      channels[size_t(out)] = s.M;
+    } else if ((std_op(n, "MaxPool") || std_op(n, "AveragePool")) && blocked(n.inputs[0])) {
+      if (n.outputs.size() > 1 && n.outputs[1] >= 0) continue;  // indices
+      if (n.attr_int("storage_order", 0) != 0 || !explicit_pads(n, why) || n.attr_ints("kernel_shape", {}).size() != 2) continue;
+      kind[i] = 1;
+      channels[size_t(out)] = channels[size_t(n.inputs[0])];
+    } else if ((std_op(n, "GlobalAveragePool") || std_op(n, "GlobalMaxPool")) && blocked(n.inputs[0])) {
+      kind[i] = 1;  // output stays NCHW
+    } else if (std_op(n, "Concat") && !n.inputs.empty()) {
+      int64_t ax = n.attr_int("axis", 0), total = 0;
+      bool ok = ax == 1 || ax == -3;
+      for (int v : n.inputs) {
+        if (!ok) break;
+        ok = blocked(v) && channels[size_t(v)] % kernels::nchwc::kBlock == 0;
+        if (ok) total += channels[size_t(v)];
+      }
+      if (!ok) continue;
+      kind[i] = 1;
+      channels[size_t(out)] = total;
+    } else if (std_op(n, "Add") && n.inputs.size() == 2 && blocked(n.inputs[0]) && blocked(n.inputs[1])) {
+      Shape a, b;
+      if (!st.get_symbolic(n.inputs[0], a) || !st.get_symbolic(n.inputs[1], b) || a != b) continue;
+      kind[i] = 1;
+      channels[size_t(out)] = channels[size_t(n.inputs[0])];
+    } else if (std_op(n, "Relu") && blocked(n.inputs[0])) {
+      kind[i] = 1;
+      channels[size_t(out)] = channels[size_t(n.inputs[0])];
+    }
+  }
+
+  // Chains (nodes joined by blocked values) that are worth it: at least two convs, one of them
+  // depthwise or with few channels. Measured on the benchmark models (README): with wide
+  // convs only (ResNet-50) or single convs between grouped ones (ShuffleNet) the reorders and
+  // the channel padding cost more than the direct kernel saves; with depthwise (MobileNetV2)
+  // and narrow convs (SqueezeNet, Inception v1) the chains run faster.
+  std::vector<int> root(g.nodes.size());
+  for (size_t i = 0; i < root.size(); ++i) root[i] = int(i);
+  std::function<int(int)> find = [&](int i) { return root[size_t(i)] == i ? i : root[size_t(i)] = find(root[size_t(i)]); };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!kind[i]) continue;
+    for (int v : g.nodes[i].inputs)
+      if (blocked(v)) root[size_t(find(int(i)))] = find(g.values[size_t(v)].producer);
+  }
+  std::vector<int> convs(g.nodes.size(), 0);
+  std::vector<bool> worth(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (kind[i]) {
+      int r = find(int(i));
+      convs[size_t(r)] += is_conv[i];
+      if (is_dw[i] || is_small[i]) worth[size_t(r)] = true;
+    }
+  stable = true;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (!kind[i]) continue;
+    int r = find(int(i));
+    if (convs[size_t(r)] >= 2 && worth[size_t(r)]) continue;
+    forbidden[i] = true;
+    stable = false;
+    if (is_conv[i]) ctx.reject(kPattern, g.nodes[i], "its chain of blocked ops is not worth the reorders");
+  }
+ }
+
+  if (std::find(kind.begin(), kind.end(), 1) == kind.end()) return;
+
+  // Rewrite: converted nodes write new blocked values; reorders at the chain's ends.
+  std::vector<int> bval(nv, -1);       // blocked twin of a blocked value
+  std::vector<int> to_blk(nv, -1);     // ReorderToNchwc output for a plain value
+  std::vector<Node> nodes;
+  nodes.reserve(g.nodes.size() + 16);
+  int converted = 0;
+  auto new_value = [&](const std::string& hint) {
+    int id = g.add_value(unique_value_name(g, hint));
+    ValueDef& d = g.values[size_t(id)];
+    d.type.kind = TypeInfo::Kind::Tensor;
+    d.type.elem = DType::Float;
+    return id;
+  };
+  // A blocked version of plain value v (a reorder node, made once).
+  auto blocked_input = [&](int v, const Node& user) {
+    if (blocked(v)) return bval[size_t(v)];
+    if (to_blk[size_t(v)] >= 0) return to_blk[size_t(v)];
+    Node r;
+    r.name = unique_value_name(g, user.name + "_to_nchwc");
+    r.op_type = "ReorderToNchwc";
+    r.domain = "basalt";
+    r.opset = 1;
+    r.inputs = {v};
+    int b = new_value(g.values[size_t(v)].name + "_nchwc");
+    r.outputs = {b};
+    nodes.push_back(std::move(r));
+    to_blk[size_t(v)] = b;
+    return b;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Node n = std::move(g.nodes[i]);
+    if (!kind[i]) {
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    ++converted;
+    const int out = n.outputs[0];
+    const bool global = n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool";
+    if (n.op_type == "Conv" || n.op_type == "FusedConv") {
+      if (!plain_input[i]) n.inputs[0] = blocked_input(n.inputs[0], n);
+      if (n.inputs.size() > 3 && n.inputs[3] >= 0) n.inputs[3] = blocked_input(n.inputs[3], n);
+      if (plain_input[i]) set_attr(n, make_attr_int("plain_input", 1));
+      if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
+      remove_attr(n, "auto_pad");  // NOTSET or VALID: the pads say it
+      n.op_type = "NchwcConv";
+    } else if (global) {
+      set_attr(n, make_attr_int("channels", channels[size_t(n.inputs[0])]));
+      n.inputs[0] = bval[size_t(n.inputs[0])];
+      n.op_type = n.op_type == "GlobalAveragePool" ? "NchwcGlobalAveragePool" : "NchwcGlobalMaxPool";
+    } else if (n.op_type == "MaxPool" || n.op_type == "AveragePool") {
+      n.inputs[0] = bval[size_t(n.inputs[0])];
+      if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
+      remove_attr(n, "auto_pad");
+      n.op_type = n.op_type == "MaxPool" ? "NchwcMaxPool" : "NchwcAveragePool";
+    } else {  // Concat, Add, Relu: the same standard op on blocked tensors
+      for (int& v : n.inputs) v = bval[size_t(v)];
+      if (n.op_type == "Concat") set_attr(n, make_attr_int("axis", 1));
+    }
+    if (n.op_type != "Concat" && n.op_type != "Add" && n.op_type != "Relu") {
+      n.domain = "basalt";
+      n.opset = 1;
+    }
+    if (global) {
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    const int b = new_value(g.values[size_t(out)].name + "_nchwc");
+    bval[size_t(out)] = b;
+    n.outputs[0] = b;
+    const std::string name = n.name;
+    nodes.push_back(std::move(n));
+    // Consumers that stay NCHW (or a graph output / a subgraph capture) read a reorder.
+    bool plain_reader = idx.is_graph_output(out) || idx.captured(out);
+    for (int c : idx.consumers(out))
+      if (!kind[size_t(c)]) plain_reader = true;
+    if (plain_reader) {
+      Node r;
+      r.name = unique_value_name(g, name + "_from_nchwc");
+      r.op_type = "ReorderFromNchwc";
+      r.domain = "basalt";
+      r.opset = 1;
+      r.inputs = {b};
+      r.outputs = {out};
+      r.attrs.push_back(make_attr_int("channels", channels[size_t(out)]));
+      nodes.push_back(std::move(r));
+    }
+  }
+  g.nodes = std::move(nodes);
+  reindex(g);
+  for (int k = 0; k < converted; ++k) ctx.applied(kPattern);
+  import_basalt_domain(ctx.model);
+}
+
+}  // namespace basalt

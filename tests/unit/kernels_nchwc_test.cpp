@@ -1,0 +1,225 @@
+// Differential tests of the blocked-layout kernels (kernels/nchwc.hpp): every ISA build and
+// thread count against the reference twins, and the blocked results against the NCHW kernels
+// (conv2d_reference, pool2d_f32) through the layout conversions. Random shapes with channel
+// counts that are not multiples of 16, odd image sizes, strides, dilations, padding, residual and
+// each fused activation.
+#include "kernel_test_util.hpp"
+#include "kernels/conv.hpp"
+#include "kernels/nchwc.hpp"
+#include "kernels/pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+namespace basalt {
+namespace {
+
+using kernels::Activation;
+using kernels::ActKind;
+using kernels::Conv2dShape;
+namespace nc = kernels::nchwc;
+
+struct ConvCase {
+  int64_t N, C, M, H, W, K, stride, dil, pad;
+  bool depthwise, plain, residual;
+  ActKind act;
+};
+
+Conv2dShape shape_of(const ConvCase& c) {
+  Conv2dShape s;
+  s.N = c.N, s.C = c.C, s.M = c.depthwise ? c.C : c.M, s.G = c.depthwise ? c.C : 1;
+  s.H = c.H, s.W = c.W, s.KH = c.K, s.KW = c.K;
+  s.sh = s.sw = c.stride, s.dh = s.dw = c.dil, s.pt = s.pl = c.pad;
+  s.OH = (c.H + 2 * c.pad - (c.K - 1) * c.dil - 1) / c.stride + 1;
+  s.OW = (c.W + 2 * c.pad - (c.K - 1) * c.dil - 1) / c.stride + 1;
+  return s;
+}
+
+Activation act_of(ActKind k) {
+  Activation a;
+  a.kind = k;
+  if (k == ActKind::Clip) a.a = -0.5f, a.b = 0.75f;
+  if (k == ActKind::HardSigmoid) a.a = 0.2f, a.b = 0.5f;
+  if (k == ActKind::LeakyRelu) a.a = 0.1f;
+  return a;
+}
+
+std::string describe(const ConvCase& c) {
+  return "N" + std::to_string(c.N) + " C" + std::to_string(c.C) + " M" + std::to_string(c.M) + " " + std::to_string(c.H) + "x" +
+         std::to_string(c.W) + " k" + std::to_string(c.K) + " s" + std::to_string(c.stride) + " d" + std::to_string(c.dil) +
+         " p" + std::to_string(c.pad) + (c.depthwise ? " dw" : "") + (c.plain ? " plain" : "") + (c.residual ? " res" : "") +
+         " act" + std::to_string(int(c.act));
+}
+
+void check_conv(const ConvCase& c, std::mt19937& rng) {
+  const Conv2dShape s = shape_of(c);
+  const int64_t Cg = c.depthwise ? 1 : s.C;
+  auto x = test::rnd(s.N * s.C * s.H * s.W, rng);
+  auto w = test::rnd(s.M * Cg * s.KH * s.KW, rng);
+  auto b = test::rnd(s.M, rng);
+  auto r = test::rnd(s.N * s.M * s.OH * s.OW, rng);
+  const Activation act = act_of(c.act);
+  // NCHW reference
+  std::vector<float> y_ref(size_t(s.N * s.M * s.OH * s.OW));
+  kernels::conv2d_reference(s, x.data(), w.data(), b.data(), c.residual ? r.data() : nullptr, act, y_ref.data());
+  // blocked operands
+  const int64_t CB = nc::blocks(s.C), OB = nc::blocks(s.M), opix = s.OH * s.OW;
+  std::vector<float> xb(size_t(c.plain ? x.size() : size_t(s.N * CB * 16 * s.H * s.W)));
+  if (c.plain) xb = x;
+  else nc::to_blocked(kernels::Isa::Portable, x.data(), s.N, s.C, s.H * s.W, xb.data(), nullptr);
+  std::vector<float> rb(size_t(s.N * OB * 16 * opix));
+  nc::to_blocked(kernels::Isa::Portable, r.data(), s.N, s.M, opix, rb.data(), nullptr);
+  const nc::ConvWeights cw = nc::pack_conv(s, w.data(), b.data(), c.plain);
+  std::vector<float> yb_ref(rb.size());
+  nc::conv_reference(cw, s, xb.data(), c.residual ? rb.data() : nullptr, act, yb_ref.data());
+  {  // the blocked reference is the NCHW reference, re-laid out
+    std::vector<float> back(y_ref.size());
+    nc::from_blocked(kernels::Isa::Portable, yb_ref.data(), s.N, s.M, opix, back.data(), nullptr);
+    for (size_t i = 0; i < back.size(); ++i)
+      ASSERT_NEAR(back[i], y_ref[i], 1e-4f * (1.f + std::fabs(y_ref[i]))) << describe(c) << " at " << i;
+  }
+  std::vector<float> ws(size_t(nc::conv_workspace_floats(cw, s)) + 1);
+  auto pools = test::pools();
+  for (kernels::Isa isa : test::isas())
+    for (auto& pool : pools) {
+      std::vector<float> yb(rb.size(), 12345.f);
+      nc::conv(isa, cw, s, xb.data(), c.residual ? rb.data() : nullptr, act, yb.data(), pool.get(), ws.data());
+      for (size_t i = 0; i < yb.size(); ++i) {
+        const int64_t ch = (int64_t(i) / (16 * opix)) % OB * 16 + int64_t(i) % 16;
+        if (ch >= s.M) {  // padding channels are written as 0
+          ASSERT_EQ(yb[i], 0.f) << describe(c) << " isa " << int(isa) << " padding channel at " << i;
+          continue;
+        }
+        ASSERT_NEAR(yb[i], yb_ref[i], 2e-4f * (1.f + std::fabs(yb_ref[i])))
+            << describe(c) << " isa " << kernels::isa_name(isa) << " threads " << (pool ? pool->threads() : 1) << " at " << i;
+      }
+    }
+}
+
+TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
+  std::mt19937 rng(7);
+  const ConvCase cases[] = {
+      {1, 64, 256, 14, 14, 1, 1, 1, 0, false, false, true, ActKind::Relu},   // pointwise + residual
+      {1, 48, 40, 9, 11, 3, 1, 1, 1, false, false, false, ActKind::None},   // 3x3 pad 1, odd channels
+      {2, 24, 72, 13, 7, 3, 2, 1, 1, false, false, true, ActKind::Clip},    // strided, batch 2
+      {1, 3, 20, 23, 23, 7, 2, 1, 3, false, true, false, ActKind::Relu},    // plain input stem
+      {1, 5, 17, 10, 10, 3, 1, 1, 1, false, true, true, ActKind::HardSigmoid},
+      {1, 33, 33, 12, 12, 3, 1, 2, 2, false, false, false, ActKind::LeakyRelu},  // dilated
+      {1, 40, 40, 15, 9, 3, 1, 1, 1, true, false, true, ActKind::Clip},     // depthwise
+      {2, 96, 96, 8, 8, 3, 2, 1, 1, true, false, false, ActKind::Relu},     // depthwise stride 2
+      {1, 17, 17, 11, 13, 5, 1, 1, 2, true, false, false, ActKind::Sigmoid},  // depthwise 5x5
+      {1, 130, 70, 7, 7, 1, 2, 1, 0, false, false, false, ActKind::Tanh},   // strided 1x1
+      {1, 16, 64, 1, 1, 1, 1, 1, 0, false, false, false, ActKind::HardSwish},  // one pixel
+  };
+  for (const ConvCase& c : cases) check_conv(c, rng);
+}
+
+TEST(NchwcConv, MatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> ch(1, 70), hw(1, 17), k(1, 3), st(1, 2), dil(1, 2), coin(0, 1), act(0, 4);
+  const ActKind acts[] = {ActKind::None, ActKind::Relu, ActKind::Clip, ActKind::LeakyRelu, ActKind::HardSwish};
+  for (int t = 0; t < 40; ++t) {
+    ConvCase c{};
+    c.N = 1 + coin(rng);
+    c.depthwise = t % 4 == 3;
+    c.plain = !c.depthwise && t % 5 == 4;
+    c.C = c.plain ? 1 + ch(rng) % 8 : ch(rng);
+    c.M = ch(rng);
+    c.K = 2 * k(rng) - 1;  // 1, 3, 5
+    c.stride = st(rng);
+    c.dil = dil(rng);
+    c.pad = coin(rng) ? c.K / 2 * c.dil : 0;
+    const int64_t span = (c.K - 1) * c.dil + 1;
+    c.H = std::max<int64_t>(hw(rng), span - 2 * c.pad);
+    c.W = std::max<int64_t>(hw(rng), span - 2 * c.pad);
+    c.residual = coin(rng);
+    c.act = acts[act(rng)];
+    check_conv(c, rng);
+  }
+}
+
+TEST(NchwcConv, SupportedShapes) {
+  Conv2dShape s;
+  s.C = s.M = 32;
+  s.G = 1;
+  EXPECT_TRUE(nc::conv_supported(s, false));
+  EXPECT_TRUE(nc::conv_supported(s, true));
+  s.G = 32;  // depthwise
+  EXPECT_TRUE(nc::conv_supported(s, false));
+  EXPECT_FALSE(nc::conv_supported(s, true));
+  s.G = 4;  // grouped
+  EXPECT_FALSE(nc::conv_supported(s, false));
+  s.G = 32;
+  s.M = 64;  // channel multiplier 2
+  EXPECT_FALSE(nc::conv_supported(s, false));
+}
+
+TEST(NchwcLayout, RoundTripAndPaddingZeros) {
+  std::mt19937 rng(3);
+  for (int64_t C : {1, 15, 16, 17, 40}) {
+    const int64_t N = 2, HW = 13;
+    auto x = test::rnd(N * C * HW, rng);
+    std::vector<float> b(size_t(N * nc::blocks(C) * 16 * HW), 7.f), back(x.size());
+    nc::to_blocked(kernels::Isa::Avx512, x.data(), N, C, HW, b.data(), nullptr);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = C; c < nc::blocks(C) * 16; ++c)
+        for (int64_t p = 0; p < HW; ++p) ASSERT_EQ(b[size_t(((n * nc::blocks(C) + c / 16) * HW + p) * 16 + c % 16)], 0.f);
+    nc::from_blocked(kernels::Isa::Avx512, b.data(), N, C, HW, back.data(), nullptr);
+    EXPECT_EQ(back, x) << "C " << C;
+  }
+}
+
+TEST(NchwcPool, MatchesNchwPool) {
+  std::mt19937 rng(5);
+  struct P {
+    int64_t H, W, k, s, p, d;
+    bool avg, cip;
+  };
+  const P cases[] = {{112, 112, 3, 2, 1, 1, false, false}, {55, 55, 3, 2, 0, 1, false, false}, {9, 11, 3, 1, 1, 1, true, false},
+                     {9, 11, 3, 1, 1, 1, true, true},      {7, 7, 7, 1, 0, 1, true, false},   {10, 10, 2, 2, 0, 1, false, false},
+                     {12, 9, 3, 2, 2, 2, false, false}};
+  for (const P& c : cases)
+    for (int64_t C : {16, 40}) {
+      kernels::Pool2D g;
+      g.H = c.H, g.W = c.W, g.kh = g.kw = c.k, g.sh = g.sw = c.s, g.dh = g.dw = c.d;
+      g.ph = g.pw = g.ph_end = g.pw_end = c.p;
+      g.OH = (c.H + 2 * c.p - (c.k - 1) * c.d - 1) / c.s + 1;
+      g.OW = (c.W + 2 * c.p - (c.k - 1) * c.d - 1) / c.s + 1;
+      g.avg = c.avg;
+      g.count_include_pad = c.cip;
+      const int64_t N = 1, CB = nc::blocks(C);
+      auto x = test::rnd(N * C * c.H * c.W, rng);
+      std::vector<float> y(size_t(N * C * g.OH * g.OW));
+      kernels::pool2d_f32(nullptr, x.data(), y.data(), N * C, g, kernels::Isa::Portable);
+      std::vector<float> xb(size_t(N * CB * 16 * c.H * c.W));
+      nc::to_blocked(kernels::Isa::Portable, x.data(), N, C, c.H * c.W, xb.data(), nullptr);
+      auto pools = test::pools();
+      for (kernels::Isa isa : test::isas())
+        for (auto& pool : pools) {
+          std::vector<float> yb(size_t(N * CB * 16 * g.OH * g.OW)), back(y.size());
+          nc::pool(isa, xb.data(), yb.data(), N * CB, g, pool.get());
+          nc::from_blocked(kernels::Isa::Portable, yb.data(), N, C, g.OH * g.OW, back.data(), nullptr);
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_NEAR(back[i], y[i], 1e-5f * (1.f + std::fabs(y[i]))) << "pool case H" << c.H << " k" << c.k << " isa " << int(isa);
+        }
+      // global average / max into NCHW
+      for (bool avg : {true, false}) {
+        std::vector<float> gy(size_t(N * C));
+        nc::global_pool(kernels::Isa::Avx512, avg, xb.data(), N, C, c.H * c.W, gy.data(), nullptr);
+        for (int64_t ci = 0; ci < C; ++ci) {
+          double acc = avg ? 0.0 : -1e30;
+          for (int64_t p = 0; p < c.H * c.W; ++p) {
+            double v = x[size_t(ci * c.H * c.W + p)];
+            acc = avg ? acc + v : std::max(acc, v);
+          }
+          if (avg) acc /= double(c.H * c.W);
+          ASSERT_NEAR(gy[size_t(ci)], acc, 1e-4) << "global " << (avg ? "avg" : "max") << " channel " << ci;
+        }
+      }
+    }
+}
+
+}  // namespace
+}  // namespace basalt
