@@ -112,8 +112,11 @@ void layout_nchwc(PassContext& ctx) {
       if (input_blocked && channels[size_t(n.inputs[0])] != s.C) continue;  // malformed: leave to the kernel
       Shape xs;
       int64_t pixels = st.get(n.inputs[0], xs) && xs.size() == 4 ? xs[2] * xs[3] : -1;
+      // Winograd beats the direct blocked kernel on wide 3x3 convs (64 -> 64 at 56x56: 1.04 vs
+      // 1.66 ms) and on those with few outputs (32 -> 16 at 256x256: 4.0 vs 6.2 ms), not on
+      // narrow inputs with many outputs (16 -> 64 at 55x55: 0.45 vs 0.38 ms)
       if (s.G == 1 && s.KH == 3 && s.KW == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
-          kernels::winograd_choose_tile(s, pixels) != 0) {
+          (std::min(s.C, s.M) >= 64 || s.M < 64) && kernels::winograd_choose_tile(s, pixels) != 0) {
         ctx.reject(kPattern, n, "3x3 conv left to Winograd");
         continue;
       }
@@ -165,19 +168,37 @@ void layout_nchwc(PassContext& ctx) {
     for (int v : g.nodes[i].inputs)
       if (blocked(v)) root[size_t(find(int(i)))] = find(g.values[size_t(v)].producer);
   }
-  std::vector<int> convs(g.nodes.size(), 0);
+  std::vector<int> convs(g.nodes.size(), 0), reorders(g.nodes.size(), 0);
   std::vector<bool> worth(g.nodes.size(), false);
+  std::vector<int> to_seen(nv, -1);  // component that already counted a reorder of this plain value
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (kind[i]) {
-      int r = find(int(i));
+      const Node& n = g.nodes[i];
+      const int r = find(int(i));
       convs[size_t(r)] += is_conv[i];
       if (is_dw[i] || is_small[i]) worth[size_t(r)] = true;
+      // reorders into the chain: NCHW inputs of convs (data unless plain_input, residual)
+      if (is_conv[i])
+        for (size_t k : {size_t(0), size_t(3)}) {
+          if (k >= n.inputs.size() || n.inputs[k] < 0 || blocked(n.inputs[k]) || (k == 0 && plain_input[i])) continue;
+          if (to_seen[size_t(n.inputs[k])] != r) ++reorders[size_t(r)];
+          to_seen[size_t(n.inputs[k])] = r;
+        }
+      // and out of it: a blocked output read by a node left NCHW, a subgraph or the caller
+      const int out = n.outputs[0];
+      if (blocked(out)) {
+        bool plain_reader = idx.is_graph_output(out) || idx.captured(out);
+        for (int c : idx.consumers(out)) plain_reader = plain_reader || !kind[size_t(c)];
+        reorders[size_t(r)] += plain_reader;
+      }
     }
   stable = true;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!kind[i]) continue;
-    int r = find(int(i));
-    if (convs[size_t(r)] >= 2 && worth[size_t(r)]) continue;
+    const int r = find(int(i));
+    // at most one reorder per two convs: DenseNet's two-conv chains between NCHW batch norms
+    // (a reorder in and out each) ran slower than NCHW
+    if (convs[size_t(r)] >= 2 && worth[size_t(r)] && 2 * reorders[size_t(r)] <= convs[size_t(r)]) continue;
     forbidden[i] = true;
     stable = false;
     if (is_conv[i]) ctx.reject(kPattern, g.nodes[i], "its chain of blocked ops is not worth the reorders");

@@ -852,8 +852,8 @@ TEST(OptimizerAffine, HardSwishNotMatchedWithOtherConstantsOrAnIntermediateInUse
 }
 
 
-// Layout pass (level All, AVX-512 CPUs): a chain with a depthwise and narrow convs runs on blocked
-// tensors; reorders appear only where a plain op or a graph output reads a blocked value; every
+// Layout pass (level All, AVX-512 CPUs): a chain with a depthwise and narrow convs (6 convs, 3
+// reorders: within the pass's one-per-two-convs limit) runs on blocked tensors; reorders appear only where a plain op or a graph output reads a blocked value; every
 // value's shape stays known (the memory planner needs it) and the outputs equal level none's.
 TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
   if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
@@ -871,7 +871,11 @@ TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
   b.node("MaxPool", {"c2"}, {"p1"}, {attr("kernel_shape", Ints{3, 3}), attr("pads", Ints{1, 1, 1, 1})});
   b.node("Conv", {"p1", "W3"}, {"c3"}, {attr("pads", Ints{1, 1, 1, 1})});
   b.node("Add", {"c3", "p1"}, {"a1"});
-  b.node("Concat", {"a1", "c3"}, {"cat"}, {attr("axis", int64_t(1))});
+  b.init("W4", random_tensor({32, 32, 1, 1}, 6));
+  b.init("W5", random_tensor({32, 32, 1, 1}, 7));
+  b.node("Conv", {"a1", "W4"}, {"c4"});
+  b.node("Conv", {"c4", "W5"}, {"c5"});
+  b.node("Concat", {"a1", "c5"}, {"cat"}, {attr("axis", int64_t(1))});
   b.node("GlobalAveragePool", {"cat"}, {"gap"});
   b.node("Sigmoid", {"c2"}, {"side"});  // a plain op reading a blocked value
   b.output("gap");
@@ -880,7 +884,7 @@ TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
   std::string bytes = b.bytes();
   auto s = open(bytes, 3);
   const Graph& g = *s->model().graph;
-  EXPECT_EQ(count_ops(g, "NchwcConv"), 4);
+  EXPECT_EQ(count_ops(g, "NchwcConv"), 6);
   EXPECT_EQ(count_ops(g, "NchwcMaxPool"), 1);
   EXPECT_EQ(count_ops(g, "NchwcGlobalAveragePool"), 1);
   EXPECT_EQ(count_ops(g, "ReorderToNchwc"), 1);    // X (20 channels: not a plain-input conv)
