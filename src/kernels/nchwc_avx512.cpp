@@ -49,8 +49,7 @@ inline __mmask16 valid_lanes(const ConvArgs& a, int64_t ob) {
 // (F blocks of ys_blk floats apart, P pixels of 16 floats); `first`: start from 0 instead.
 // Kept out of line with only what its loops need, so the accumulators, weights and pixel
 // pointers all stay in registers.
-// pf (may be null): weights to prefetch into L2 alongside, at the same pace as w (the next chunk's,
-// so that they stream in from memory while this chunk computes).
+// pf, pf_lines: cache lines to prefetch into L2 alongside (spread over the taps).
 // The last chunk's epilogue, applied in registers before the store.
 struct TileEpilogue {
   const float* bias;      // the tile's first block's 16 channels; F blocks follow
@@ -62,7 +61,7 @@ struct TileEpilogue {
 template <int F, int P, bool PLAIN>
 __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t* taps, int64_t ntaps, int nic,
                                            int64_t xs_ic, const float* w, float* y, int64_t ys_blk, bool first,
-                                           const float* pf, const TileEpilogue* epi) {
+                                           const float* pf, int64_t pf_lines, const TileEpilogue* epi) {
   __m512 acc[P][F];
 #pragma GCC unroll 16
   for (int p = 0; p < P; ++p)
@@ -75,12 +74,13 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
   for (int64_t t = 0; t < ntaps; ++t, w += 16 * F * 16) {
     const int64_t off = taps[t];
     const float* wp = w;
+    if (pf_lines) {  // this tap's share of the lines to prefetch
+      for (int64_t l = t * pf_lines / ntaps, e = (t + 1) * pf_lines / ntaps; l < e; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + l * 16), _MM_HINT_T1);
+    }
 #pragma GCC unroll 4
     for (int ic = 0; ic < nic; ++ic, wp += F * 16) {
-      if (pf) {
-#pragma GCC unroll 4
-        for (int f = 0; f < F; ++f) _mm_prefetch(reinterpret_cast<const char*>(pf + (t * 16 + ic) * F * 16 + f * 16), _MM_HINT_T1);
-      }
+
       const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
       __m512 wv[F];
 #pragma GCC unroll 4
@@ -118,7 +118,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
 // first: start from 0 (else from y); last: apply the epilogue.
 template <int F, int P, bool PLAIN>
 void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* pofs, int64_t ob, int64_t c0,
-          int64_t c1, bool first, bool last, const float* pf) {
+          int64_t c1, bool first, bool last, const float* pf, int64_t pf_lines) {
   const Conv2dShape& s = *a.s;
   const int64_t KK = s.KH * s.KW;
   float* y = a.y + ob * a.ys_blk + pix0 * 16;
@@ -133,7 +133,7 @@ void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* p
     epi.act = a.act;
     epi.last_lanes = valid_lanes(a, ob + F - 1);
   }
-  tile_kernel<F, P, PLAIN>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
+  tile_kernel<F, P, PLAIN>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf, pf_lines,
                            last ? &epi : nullptr);
 }
 
@@ -144,12 +144,12 @@ constexpr int max_pixels() {
 
 template <int F, int P, bool PLAIN>
 void tiles_p(const ConvArgs& a, const int64_t* taps, int64_t pix, const int64_t* pofs, int64_t n, int64_t ob,
-             int64_t c0, int64_t c1, bool first, bool last, const float* pf) {
+             int64_t c0, int64_t c1, bool first, bool last, const float* pf, int64_t pf_lines) {
   // n < max P: one tile of exactly n pixels
   if constexpr (P > 1) {
-    if (n < P) return tiles_p<F, P - 1, PLAIN>(a, taps, pix, pofs, n, ob, c0, c1, first, last, pf);
+    if (n < P) return tiles_p<F, P - 1, PLAIN>(a, taps, pix, pofs, n, ob, c0, c1, first, last, pf, pf_lines);
   }
-  tile<F, P, PLAIN>(a, taps, pix, pofs, ob, c0, c1, first, last, pf);
+  tile<F, P, PLAIN>(a, taps, pix, pofs, ob, c0, c1, first, last, pf, pf_lines);
 }
 
 // Floats of weights per chunk of input blocks (L1 is 48 KB: leave room for the input and output).
@@ -173,12 +173,17 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
   for (int64_t c0 = 0; c0 < a.ICB; c0 += chunk) {
     const int64_t c1 = std::min(a.ICB, c0 + chunk);
     const bool first = c0 == 0, last = c1 == a.ICB;
-    // the first tile prefetches the next chunk's weights (each chunk's weights are read from
-    // memory once per segment; the other tiles find them in cache)
+    // The tiles prefetch the next chunk's weights into L2, each its share, so that they stream
+    // in from memory while this chunk computes (a chunk's weights are read from memory once per
+    // segment; the later tiles find them in cache).
     const float* next = c1 < a.ICB ? a.cw->w.data() + (ob / 4) * a.wblk + c1 * s.KH * s.KW * 16 * F * 16 : nullptr;
-    for (int64_t pix = p0; pix < p1; pix += PM)
+    const int64_t next_lines = next ? (std::min(a.ICB, c1 + chunk) - c1) * s.KH * s.KW * F * 16 : 0;
+    const int64_t ntiles = (p1 - p0 + PM - 1) / PM;
+    for (int64_t pix = p0, i = 0; pix < p1; pix += PM, ++i) {
+      const int64_t l0 = i * next_lines / ntiles, l1 = (i + 1) * next_lines / ntiles;
       tiles_p<F, PM, PLAIN>(a, taps, pix, pofs + (pix - p0), std::min<int64_t>(PM, p1 - pix), ob, c0, c1, first, last,
-                            pix == p0 ? next : nullptr);
+                            next ? next + l0 * 16 : nullptr, l1 - l0);
+    }
   }
 }
 
