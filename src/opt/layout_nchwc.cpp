@@ -1,7 +1,8 @@
 // Layout pass (level All): chains of convolutions and pools run on blocked tensors (kernels/
 // nchwc.hpp), converted only where a chain meets an op that wants NCHW.
 //
-// Rewrites (docs/fused_ops.md, "Blocked layout"):
+// Rewrites (docs/fused_ops.md, "Blocked layout"), for chains of at least two convs with at most
+// one reorder per two convs:
 //   Conv / basalt::FusedConv (2-D, float, constant W and B, group 1 or depthwise, explicit pads)
 //       -> basalt::NchwcConv; its input is blocked when the producer's output is, plain NCHW for
 //          an input with few channels (<= 8: the first conv), else a basalt::ReorderToNchwc
@@ -64,8 +65,7 @@ void layout_nchwc(PassContext& ctx) {
   std::vector<int64_t> channels(nv, 0);
   std::vector<int> kind(g.nodes.size(), 0);  // 0 = unchanged, 1 = converted
   std::vector<bool> plain_input(g.nodes.size(), false);
-  // per node: a conv, depthwise, small (min(C, M) <= 32, not a plain input)
-  std::vector<char> is_conv(g.nodes.size(), 0), is_dw(g.nodes.size(), 0), is_small(g.nodes.size(), 0);
+  std::vector<char> is_conv(g.nodes.size(), 0);
   std::vector<bool> forbidden(g.nodes.size(), false);
   auto blocked = [&](int v) { return v >= 0 && size_t(v) < nv && channels[size_t(v)] > 0; };
 
@@ -123,8 +123,6 @@ void layout_nchwc(PassContext& ctx) {
       kind[i] = 1;
       plain_input[i] = plain;
       is_conv[i] = 1;
-      is_dw[i] = s.G > 1;
-      is_small[i] = !plain && std::min(s.C, s.M) <= 32;
       channels[size_t(out)] = s.M;
     } else if ((std_op(n, "MaxPool") || std_op(n, "AveragePool")) && blocked(n.inputs[0])) {
       if (n.outputs.size() > 1 && n.outputs[1] >= 0) continue;  // indices
@@ -155,11 +153,11 @@ void layout_nchwc(PassContext& ctx) {
     }
   }
 
-  // Chains (nodes joined by blocked values) that are worth it: at least two convs, one of them
-  // depthwise or with few channels. Measured on the benchmark models (README): with wide
-  // convs only (ResNet-50) or single convs between grouped ones (ShuffleNet) the reorders and
-  // the channel padding cost more than the direct kernel saves; with depthwise (MobileNetV2)
-  // and narrow convs (SqueezeNet, Inception v1) the chains run faster.
+  // Chains (nodes joined by blocked values) that are worth it: at least two convs and at most one
+  // reorder (in or out) per two convs. Measured on the benchmark models (README): a single conv
+  // between grouped ones (ShuffleNet) or DenseNet's two-conv chains between NCHW batch norms (a
+  // reorder in and out each) run slower blocked; longer chains run faster (ResNet-50 1t 76 -> 73 ms,
+  // 2t 46 -> 40 ms; MobileNetV2, SqueezeNet, Inception v1).
   std::vector<int> root(g.nodes.size());
   for (size_t i = 0; i < root.size(); ++i) root[i] = int(i);
   std::function<int(int)> find = [&](int i) { return root[size_t(i)] == i ? i : root[size_t(i)] = find(root[size_t(i)]); };
@@ -169,14 +167,12 @@ void layout_nchwc(PassContext& ctx) {
       if (blocked(v)) root[size_t(find(int(i)))] = find(g.values[size_t(v)].producer);
   }
   std::vector<int> convs(g.nodes.size(), 0), reorders(g.nodes.size(), 0);
-  std::vector<bool> worth(g.nodes.size(), false);
   std::vector<int> to_seen(nv, -1);  // component that already counted a reorder of this plain value
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (kind[i]) {
       const Node& n = g.nodes[i];
       const int r = find(int(i));
       convs[size_t(r)] += is_conv[i];
-      if (is_dw[i] || is_small[i]) worth[size_t(r)] = true;
       // reorders into the chain: NCHW inputs of convs (data unless plain_input, residual)
       if (is_conv[i])
         for (size_t k : {size_t(0), size_t(3)}) {
@@ -196,9 +192,7 @@ void layout_nchwc(PassContext& ctx) {
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!kind[i]) continue;
     const int r = find(int(i));
-    // at most one reorder per two convs: DenseNet's two-conv chains between NCHW batch norms
-    // (a reorder in and out each) ran slower than NCHW
-    if (convs[size_t(r)] >= 2 && worth[size_t(r)] && 2 * reorders[size_t(r)] <= convs[size_t(r)]) continue;
+    if (convs[size_t(r)] >= 2 && 2 * reorders[size_t(r)] <= convs[size_t(r)]) continue;
     forbidden[i] = true;
     stable = false;
     if (is_conv[i]) ctx.reject(kPattern, g.nodes[i], "its chain of blocked ops is not worth the reorders");

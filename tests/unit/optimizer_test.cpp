@@ -901,8 +901,8 @@ TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
   EXPECT_EQ(count_ops(*ext->model().graph, "NchwcConv"), 0);
 }
 
-// Wide convs only: the chain is not worth the reorders and the channel padding (stays NCHW).
-TEST(OptimizerLayout, WideChainStaysNchw) {
+// Two convs with a reorder in and one out: the chain is not worth the reorders (stays NCHW).
+TEST(OptimizerLayout, ShortChainWithReordersStaysNchw) {
   if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
   Builder b;
   b.input("X", {1, 64, 9, 9});
