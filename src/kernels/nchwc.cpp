@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdlib>
 #include <limits>
 
 namespace basalt::kernels::nchwc {
@@ -55,19 +56,19 @@ ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s) {
   t.row_len = 96;  // pixels per segment: a multiple of every tile width (6, 8, 12)
   t.rows = (s.OH * s.OW + t.row_len - 1) / t.row_len;
   t.rows_per_task = 1;
+  t.groups_inner = false;
   return t;
 }
 
 void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
                         const Activation& act, float* y, int64_t task0, int64_t task1) {
   const ConvTiling t = conv_tiling(cw, s);
-  const int64_t rtasks = (t.rows + t.rows_per_task - 1) / t.rows_per_task;
   const int64_t ICB = blocks(s.C), OB = cw.depthwise ? ICB : blocks(s.M), KK = s.KH * s.KW;
   const int64_t x_img = cw.plain_input ? s.C * s.H * s.W : ICB * s.H * s.W * 16;
   const int64_t y_img = OB * s.OH * s.OW * 16;
   for (int64_t task = task0; task < task1; ++task) {
-    int64_t rt = task % rtasks, grp = (task / rtasks) % t.groups, n = task / rtasks / t.groups;
-    int64_t r0 = rt * t.rows_per_task, r1 = std::min(t.rows, r0 + t.rows_per_task);
+    int64_t n, grp, r0, r1;
+    t.decode(task, n, grp, r0, r1);
     int64_t p0 = t.flat ? r0 * t.row_len : r0 * s.OW;
     int64_t p1 = t.flat ? std::min(r1 * t.row_len, s.OH * s.OW) : r1 * s.OW;
     int64_t ob0 = cw.depthwise ? grp : grp * 4, ob1 = cw.depthwise ? grp + 1 : std::min(OB, ob0 + 4);

@@ -273,11 +273,10 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
 void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
                       const Activation& act, float* y, int64_t task0, int64_t task1) {
   const ConvTiling t = conv_tiling(cw, s);
-  const int64_t rtasks = (t.rows + t.rows_per_task - 1) / t.rows_per_task;
   if (cw.depthwise) {
     for (int64_t task = task0; task < task1; ++task) {
-      int64_t rt = task % rtasks, cb = (task / rtasks) % t.groups, n = task / rtasks / t.groups;
-      int64_t r0 = rt * t.rows_per_task, r1 = std::min(t.rows, r0 + t.rows_per_task);
+      int64_t n, cb, r0, r1;
+      t.decode(task, n, cb, r0, r1);
       dw_task(cw, s, x, residual, act, y, n, cb, r0, r1);
     }
     return;
@@ -306,14 +305,14 @@ void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* 
   const int64_t x_img = cw.plain_input ? s.C * H * W : ICB * H * W * 16;
   const int64_t y_img = OB * s.OH * s.OW * 16;
   if (t.row_len > kSegment) return;  // (conv_tiling and this file disagree: never)
-  const int64_t segs = (s.OH * s.OW + t.row_len - 1) / t.row_len;
   // input offset of every (input block, kernel row, kernel column), in weight order
   std::vector<int64_t> taps(size_t(ICB * s.KH * s.KW));
   for (int64_t icb = 0, i = 0; icb < ICB; ++icb)
     for (int64_t kh = 0; kh < s.KH; ++kh)
       for (int64_t kw = 0; kw < s.KW; ++kw) taps[size_t(i++)] = icb * a.xs_blk + kh * s.dh * a.xs_row + kw * s.dw * a.xs_pix;
   for (int64_t task = task0; task < task1; ++task) {
-    int64_t seg = task % segs, grp = (task / segs) % t.groups, n = task / segs / t.groups;
+    int64_t n, grp, seg, seg1;
+    t.decode(task, n, grp, seg, seg1);
     int64_t p0 = seg * t.row_len, p1 = std::min(s.OH * s.OW, p0 + t.row_len);
     a.x = x + n * x_img;
     a.y = y + n * y_img;

@@ -2645,12 +2645,16 @@ void register_nchwc(OpRegistry& r) {
         kernels::nchwc::global_pool(kernels::best_isa(), avg, X.data<float>(), X.dim(0), C, X.dim(2) * X.dim(3), y.data<float>(), ctx.pool());
       });
     });
-  r.add("basalt", "ReorderToNchwc", 1, INT_MAX, [](const Node&) {
-    return kernel([](KernelContext& ctx) {
+  r.add("basalt", "ReorderToNchwc", 1, INT_MAX, [](const Node& n) {
+    const int64_t want = n.attr_int("channels", 0);  // 0: any
+    return kernel([want](KernelContext& ctx) {
       const Tensor& X = ctx.input(0);
       if (X.dtype() != DType::Float) unsupported_dtype(ctx, 0, X.dtype());
       if (X.rank() != 4) ctx.fail(ErrorCode::InvalidArgument, "X must be [N, C, H, W], got " + shape_str(X.shape()));
       const int64_t C = X.dim(1);
+      if (want > 0 && C != want)
+        ctx.fail(ErrorCode::InvalidArgument, "X has " + std::to_string(C) + " channels, the conv it feeds takes " + std::to_string(want) +
+                                                 " (shape " + shape_str(X.shape()) + ")");
       Tensor& y = ctx.output_uninit(0, DType::Float, {X.dim(0), kernels::nchwc::blocks(C), X.dim(2), X.dim(3), kernels::nchwc::kBlock});
       kernels::nchwc::to_blocked(kernels::best_isa(), X.data<float>(), X.dim(0), C, X.dim(2) * X.dim(3), y.data<float>(), ctx.pool());
     });

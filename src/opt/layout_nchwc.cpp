@@ -203,7 +203,7 @@ void layout_nchwc(PassContext& ctx) {
 
   // Rewrite: converted nodes write new blocked values; reorders at the chain's ends.
   std::vector<int> bval(nv, -1);       // blocked twin of a blocked value
-  std::vector<int> to_blk(nv, -1);     // ReorderToNchwc output for a plain value
+  std::map<std::pair<int, int64_t>, int> to_blk;  // ReorderToNchwc output for (plain value, channels)
   std::vector<Node> nodes;
   nodes.reserve(g.nodes.size() + 16);
   int converted = 0;
@@ -214,20 +214,24 @@ void layout_nchwc(PassContext& ctx) {
     d.type.elem = DType::Float;
     return id;
   };
-  // A blocked version of plain value v (a reorder node, made once).
-  auto blocked_input = [&](int v, const Node& user) {
+  // A blocked version of plain value v (a reorder node, made once), which must have `c` channels:
+  // the reorder checks it (a blocked tensor no longer says how many of its last block's channels
+  // are real, so a mismatch would otherwise go unnoticed).
+  auto blocked_input = [&](int v, const Node& user, int64_t c) {
     if (blocked(v)) return bval[size_t(v)];
-    if (to_blk[size_t(v)] >= 0) return to_blk[size_t(v)];
+    auto it = to_blk.find({v, c});
+    if (it != to_blk.end()) return it->second;
     Node r;
     r.name = unique_value_name(g, user.name + "_to_nchwc");
     r.op_type = "ReorderToNchwc";
     r.domain = "basalt";
     r.opset = 1;
     r.inputs = {v};
+    r.attrs.push_back(make_attr_int("channels", c));
     int b = new_value(g.values[size_t(v)].name + "_nchwc");
     r.outputs = {b};
     nodes.push_back(std::move(r));
-    to_blk[size_t(v)] = b;
+    to_blk[{v, c}] = b;
     return b;
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -240,8 +244,10 @@ void layout_nchwc(PassContext& ctx) {
     const int out = n.outputs[0];
     const bool global = n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool";
     if (n.op_type == "Conv" || n.op_type == "FusedConv") {
-      if (!plain_input[i]) n.inputs[0] = blocked_input(n.inputs[0], n);
-      if (n.inputs.size() > 3 && n.inputs[3] >= 0) n.inputs[3] = blocked_input(n.inputs[3], n);
+      const Tensor* w = constant_of(g, n.inputs[1]);  // (checked above: a 4-D float constant)
+      const int64_t cin = w->dim(1) * n.attr_int("group", 1), cout = w->dim(0);
+      if (!plain_input[i]) n.inputs[0] = blocked_input(n.inputs[0], n, cin);
+      if (n.inputs.size() > 3 && n.inputs[3] >= 0) n.inputs[3] = blocked_input(n.inputs[3], n, cout);
       if (plain_input[i]) set_attr(n, make_attr_int("plain_input", 1));
       if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
       remove_attr(n, "auto_pad");  // NOTSET or VALID: the pads say it

@@ -901,6 +901,32 @@ TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
   EXPECT_EQ(count_ops(*ext->model().graph, "NchwcConv"), 0);
 }
 
+// An input whose channel count the model leaves open: 24 channels instead of the 20 the first conv
+// takes fill the same two blocks, and must still be an error naming the mismatch (not a result).
+TEST(OptimizerLayout, WrongChannelCountIsAnError) {
+  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  Builder b;
+  b.input("X", {1, 20, 9, 9});
+  b.g->values[size_t(b.value("X"))].type.dims[1] = DimInfo{-1, "C"};
+  const char* ins[] = {"X", "c1", "c2", "c3"};
+  for (int i = 0; i < 4; ++i) {
+    std::string w = "W" + std::to_string(i);
+    b.init(w, random_tensor({32, i == 0 ? 20 : 32, 1, 1}, uint32_t(i + 1)));
+    b.node("Conv", {ins[i], w}, {i == 3 ? std::string("Y") : "c" + std::to_string(i + 1)});
+  }
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 3);
+  ASSERT_EQ(count_ops(*s->model().graph, "NchwcConv"), 4);
+  expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 20, 9, 9}, 9)}});
+  try {
+    s->run({{"X", random_tensor({1, 24, 9, 9}, 9)}});
+    ADD_FAILURE() << "a 24-channel input ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("24 channels"), std::string::npos) << e.what();
+  }
+}
+
 // Two convs with a reorder in and one out: the chain is not worth the reorders (stays NCHW).
 TEST(OptimizerLayout, ShortChainWithReordersStaysNchw) {
   if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
