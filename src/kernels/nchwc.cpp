@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <cstdlib>
 #include <limits>
 
 namespace basalt::kernels::nchwc {
@@ -56,7 +55,6 @@ ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s) {
   t.row_len = 96;  // pixels per segment: a multiple of every tile width (6, 8, 12)
   t.rows = (s.OH * s.OW + t.row_len - 1) / t.row_len;
   t.rows_per_task = 1;
-  t.groups_inner = false;
   return t;
 }
 
