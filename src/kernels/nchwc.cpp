@@ -31,10 +31,16 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
   } else {
     const int64_t OB = blocks(s.M), ICB = blocks(s.C);
     cw.w.assign(size_t(OB * ICB * KK * 256), 0.f);
-    for (int64_t m = 0; m < s.M; ++m)
-      for (int64_t c = 0; c < s.C; ++c)
-        for (int64_t k = 0; k < KK; ++k)
-          cw.w[size_t(dense_w_index(s, m, c, k))] = w[(m * s.C + c) * KK + k];
+    // dense_w_index, incrementally: channel block cb, channel ci within it, tap k
+    for (int64_t m = 0; m < s.M; ++m) {
+      const int64_t F16 = std::min<int64_t>(4, OB - m / 64 * 4) * 16;
+      float* dm = cw.w.data() + dense_w_index(s, m, 0, 0);
+      const float* src = w + m * s.C * KK;
+      for (int64_t c = 0; c < s.C; ++c, src += KK) {
+        float* d = dm + ((c / 16) * KK * 16 + c % 16) * F16;
+        for (int64_t k = 0; k < KK; ++k) d[k * 16 * F16] = src[k];
+      }
+    }
     cw.bias.assign(size_t(OB * 16), 0.f);
   }
   if (bias) std::copy(bias, bias + s.M, cw.bias.begin());
