@@ -95,6 +95,10 @@ void layout_nchwc(PassContext& ctx) {
         ctx.reject(kPattern, n, why.empty() ? "not a 2-D window" : why);
         continue;
       }
+      if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != std::vector<int64_t>{w->dim(2), w->dim(3)}) {
+        ctx.reject(kPattern, n, "kernel_shape does not match W");  // the Conv kernel reports it
+        continue;
+      }
       kernels::Conv2dShape s;
       s.G = n.attr_int("group", 1);
       s.M = w->dim(0);
