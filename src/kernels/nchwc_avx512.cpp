@@ -70,6 +70,12 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
   const float* x[P];
 #pragma GCC unroll 16
   for (int p = 0; p < P; ++p) x[p] = xp[p];
+  if (epi && epi->residual) {  // the epilogue's residual lines, in L1 by the time it reads them
+#pragma GCC unroll 4
+    for (int f = 0; f < F; ++f)
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) _mm_prefetch(reinterpret_cast<const char*>(epi->residual + f * ys_blk + p * 16), _MM_HINT_T0);
+  }
   if constexpr (!PLAIN) nic = 16;
   for (int64_t t = 0; t < ntaps; ++t, w += 16 * F * 16) {
     const int64_t off = taps[t];
