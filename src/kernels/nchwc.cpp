@@ -213,31 +213,53 @@ void conv_reference(const ConvWeights& cw, const Conv2dShape& s, const float* x,
         }
 }
 
+namespace {
+
+// Work items of a layout conversion: (image and channel block, run of kReorderPixels pixels), so
+// that one or two channel blocks of a large image still spread over every thread.
+constexpr int64_t kReorderPixels = 1024;
+
+// fn(n, cb, p0, p1) over every item, on the pool.
+template <class Fn>
+void for_reorder_items(ThreadPool* pool, int64_t N, int64_t CB, int64_t HW, Fn&& fn) {
+  const int64_t runs = (HW + kReorderPixels - 1) / kReorderPixels;
+  parallel_for(pool, N * CB * runs, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / runs, r = i % runs;
+      fn(b / CB, b % CB, r * kReorderPixels, std::min(HW, (r + 1) * kReorderPixels));
+    }
+  });
+}
+
+}  // namespace
+
 void to_blocked(Isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
   const int64_t CB = blocks(C);
-  parallel_for(pool, N * CB, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n = b / CB, cb = b % CB, nc = std::min<int64_t>(16, C - cb * 16);
-      const float* xs = x + (n * C + cb * 16) * HW;
-      float* yb = y + b * HW * 16;
-      for (int64_t p = 0; p < HW; ++p) {
-        float* yp = yb + p * 16;
-        for (int64_t c = 0; c < nc; ++c) yp[c] = xs[c * HW + p];
-        for (int64_t c = nc; c < 16; ++c) yp[c] = 0.f;
-      }
+  for_reorder_items(pool, N, CB, HW, [&](int64_t n, int64_t cb, int64_t p0, int64_t p1) {
+    const int64_t nc = std::min<int64_t>(16, C - cb * 16);
+    const float* xs = x + (n * C + cb * 16) * HW;
+    float* yb = y + (n * CB + cb) * HW * 16;
+    for (int64_t p = p0; p < p1; ++p) {  // one contiguous write per pixel, 16 read streams
+      float* yp = yb + p * 16;
+      for (int64_t c = 0; c < nc; ++c) yp[c] = xs[c * HW + p];
+      for (int64_t c = nc; c < 16; ++c) yp[c] = 0.f;
     }
   });
 }
 
 void from_blocked(Isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
   const int64_t CB = blocks(C);
-  parallel_for(pool, N * CB, 1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n = b / CB, cb = b % CB, nc = std::min<int64_t>(16, C - cb * 16);
-      const float* xb = x + b * HW * 16;
-      float* ys = y + (n * C + cb * 16) * HW;
+  for_reorder_items(pool, N, CB, HW, [&](int64_t n, int64_t cb, int64_t p0, int64_t p1) {
+    const int64_t nc = std::min<int64_t>(16, C - cb * 16);
+    const float* xb = x + (n * CB + cb) * HW * 16;
+    float* ys = y + (n * C + cb * 16) * HW;
+    // 16 pixels at a time: each channel's 16 outputs are one contiguous run, and the block's
+    // 16 x 16 inputs (1 KB) stay in L1 while the channels are written (reading channel-major over
+    // the whole block instead touched every input line 16 times: 4 ms for a 6.5 MB tensor)
+    for (int64_t q = p0; q < p1; q += 16) {
+      const int64_t qe = std::min(p1, q + 16);
       for (int64_t c = 0; c < nc; ++c)
-        for (int64_t p = 0; p < HW; ++p) ys[c * HW + p] = xb[p * 16 + c];
+        for (int64_t p = q; p < qe; ++p) ys[c * HW + p] = xb[p * 16 + c];
     }
   });
 }
