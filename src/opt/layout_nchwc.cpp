@@ -69,7 +69,11 @@ void layout_nchwc(PassContext& ctx) {
   std::vector<bool> forbidden(g.nodes.size(), false);
   auto blocked = [&](int v) { return v >= 0 && size_t(v) < nv && channels[size_t(v)] > 0; };
 
- for (bool stable = false; !stable;) {
+ for (bool stable = false, first_round = true; !stable; first_round = false) {
+  // (a candidate's reasons are reported in the first round only)
+  auto reject = [&](const Node& n, const std::string& why) {
+    if (first_round) ctx.reject(kPattern, n, why);
+  };
   std::fill(channels.begin(), channels.end(), 0);
   std::fill(kind.begin(), kind.end(), 0);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -81,22 +85,22 @@ void layout_nchwc(PassContext& ctx) {
     if (std_op(n, "Conv") || (n.domain == "basalt" && n.op_type == "FusedConv")) {
       const Tensor* w = n.inputs.size() > 1 ? constant_of(g, n.inputs[1]) : nullptr;
       if (!w || w->dtype() != DType::Float || w->rank() != 4 || !w->raw()) {
-        ctx.reject(kPattern, n, "W is not a constant float32 4-D tensor");
+        reject(n, "W is not a constant float32 4-D tensor");
         continue;
       }
       if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
         const Tensor* b = constant_of(g, n.inputs[2]);
         if (!b || b->dtype() != DType::Float || b->numel() != w->dim(0) || !b->raw()) {
-          ctx.reject(kPattern, n, "B is not a constant float32 vector");
+          reject(n, "B is not a constant float32 vector");
           continue;
         }
       }
       if (!explicit_pads(n, why) || !two_d(n, "strides", 2) || !two_d(n, "dilations", 2) || !two_d(n, "pads", 4)) {
-        ctx.reject(kPattern, n, why.empty() ? "not a 2-D window" : why);
+        reject(n, why.empty() ? "not a 2-D window" : why);
         continue;
       }
       if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != std::vector<int64_t>{w->dim(2), w->dim(3)}) {
-        ctx.reject(kPattern, n, "kernel_shape does not match W");  // the Conv kernel reports it
+        reject(n, "kernel_shape does not match W");  // the Conv kernel reports it
         continue;
       }
       kernels::Conv2dShape s;
@@ -110,7 +114,7 @@ void layout_nchwc(PassContext& ctx) {
       const bool input_blocked = blocked(n.inputs[0]);
       const bool plain = !input_blocked && s.C <= 8 && s.G == 1;
       if (!kernels::nchwc::conv_supported(s, plain)) {
-        ctx.reject(kPattern, n, "grouped conv that is not depthwise");
+        reject(n, "grouped conv that is not depthwise");
         continue;
       }
       if (input_blocked && channels[size_t(n.inputs[0])] != s.C) continue;  // malformed: leave to the kernel
@@ -121,7 +125,7 @@ void layout_nchwc(PassContext& ctx) {
       // narrow inputs with many outputs (16 -> 64 at 55x55: 0.45 vs 0.38 ms)
       if (s.G == 1 && s.KH == 3 && s.KW == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
           (std::min(s.C, s.M) >= 64 || s.M < 64) && kernels::winograd_choose_tile(s, pixels) != 0) {
-        ctx.reject(kPattern, n, "3x3 conv left to Winograd");
+        reject(n, "3x3 conv left to Winograd");
         continue;
       }
       kind[i] = 1;
