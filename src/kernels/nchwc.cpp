@@ -64,10 +64,40 @@ ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s) {
   return t;
 }
 
+namespace {
+
+// conv(x, w) + bias of output channel m (< s.M) at (oh, ow) of image xn (its first element),
+// accumulated in Acc: the portable conv (float) and the reference twin (double) share it.
+template <class Acc>
+float conv_output(const ConvWeights& cw, const Conv2dShape& s, const float* xn, int64_t m, int64_t oh, int64_t ow) {
+  const int64_t KK = s.KH * s.KW;
+  Acc acc = 0;
+  for (int64_t kh = 0; kh < s.KH; ++kh) {
+    const int64_t ih = oh * s.sh - s.pt + kh * s.dh;
+    if (ih < 0 || ih >= s.H) continue;
+    for (int64_t kw = 0; kw < s.KW; ++kw) {
+      const int64_t iw = ow * s.sw - s.pl + kw * s.dw;
+      if (iw < 0 || iw >= s.W) continue;
+      const int64_t k = kh * s.KW + kw;
+      auto xat = [&](int64_t c) {
+        return cw.plain_input ? xn[(c * s.H + ih) * s.W + iw] : xn[(((c / 16) * s.H + ih) * s.W + iw) * 16 + c % 16];
+      };
+      if (cw.depthwise) {
+        acc += Acc(xat(m)) * cw.w[size_t(((m / 16) * KK + k) * 16 + m % 16)];
+        continue;
+      }
+      for (int64_t c = 0; c < s.C; ++c) acc += Acc(xat(c)) * cw.w[size_t(dense_w_index(s, m, c, k))];
+    }
+  }
+  return float(acc + Acc(cw.bias[size_t(m)]));
+}
+
+}  // namespace
+
 void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
                         const Activation& act, float* y, int64_t task0, int64_t task1) {
   const ConvTiling t = conv_tiling(cw, s);
-  const int64_t ICB = blocks(s.C), OB = cw.depthwise ? ICB : blocks(s.M), KK = s.KH * s.KW;
+  const int64_t ICB = blocks(s.C), OB = cw.depthwise ? ICB : blocks(s.M);
   const int64_t x_img = cw.plain_input ? s.C * s.H * s.W : ICB * s.H * s.W * 16;
   const int64_t y_img = OB * s.OH * s.OW * 16;
   for (int64_t task = task0; task < task1; ++task) {
@@ -76,10 +106,8 @@ void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const float
     int64_t p0 = t.flat ? r0 * t.row_len : r0 * s.OW;
     int64_t p1 = t.flat ? std::min(r1 * t.row_len, s.OH * s.OW) : r1 * s.OW;
     int64_t ob0 = cw.depthwise ? grp : grp * 4, ob1 = cw.depthwise ? grp + 1 : std::min(OB, ob0 + 4);
-    const float* xn = x + n * x_img;
     for (int64_t ob = ob0; ob < ob1; ++ob)
       for (int64_t pix = p0; pix < p1; ++pix) {
-        const int64_t oh = pix / s.OW, ow = pix % s.OW;
         const int64_t yo = n * y_img + (ob * s.OH * s.OW + pix) * 16;
         for (int64_t l = 0; l < 16; ++l) {
           const int64_t m = ob * 16 + l;
@@ -87,27 +115,9 @@ void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const float
             y[yo + l] = 0.f;
             continue;
           }
-          float acc = 0.f;
-          for (int64_t kh = 0; kh < s.KH; ++kh) {
-            int64_t ih = oh * s.sh - s.pt + kh * s.dh;
-            if (ih < 0 || ih >= s.H) continue;
-            for (int64_t kw = 0; kw < s.KW; ++kw) {
-              int64_t iw = ow * s.sw - s.pl + kw * s.dw;
-              if (iw < 0 || iw >= s.W) continue;
-              const int64_t k = kh * s.KW + kw;
-              if (cw.depthwise) {
-                acc += xn[((ob * s.H + ih) * s.W + iw) * 16 + l] * cw.w[size_t((ob * KK + k) * 16 + l)];
-                continue;
-              }
-              for (int64_t c = 0; c < s.C; ++c) {
-                float xv = cw.plain_input ? xn[(c * s.H + ih) * s.W + iw] : xn[(((c / 16) * s.H + ih) * s.W + iw) * 16 + c % 16];
-                acc += xv * cw.w[size_t(dense_w_index(s, m, c, k))];
-              }
-            }
-          }
-          acc += cw.bias[size_t(m)];
-          if (residual) acc += residual[yo + l];
-          y[yo + l] = apply_activation(act, acc);
+          float v = conv_output<float>(cw, s, x + n * x_img, m, pix / s.OW, pix % s.OW);
+          if (residual) v += residual[yo + l];
+          y[yo + l] = apply_activation(act, v);
         }
       }
   }
@@ -136,6 +146,15 @@ int64_t conv_workspace_floats(const ConvWeights& cw, const Conv2dShape& s) {
   padded_extent(s, Hp, Wp);
   const int64_t planes = cw.plain_input ? s.C : blocks(s.C) * 16;  // blocked: 16 floats per pixel
   return s.N * planes * Hp * Wp;
+}
+
+int64_t conv_workspace_bound_floats(const ConvWeights& cw, const Conv2dShape& s, int64_t pt, int64_t pb, int64_t pl,
+                                    int64_t pr) {
+  // Without pads the taps stay inside the image (no copy); with them the padded extent of
+  // padded_extent is at most the image plus its pads.
+  if (cw.depthwise || (pt == 0 && pb == 0 && pl == 0 && pr == 0)) return 0;
+  const int64_t planes = cw.plain_input ? s.C : blocks(s.C) * 16;
+  return s.N * planes * (s.H + pt + pb) * (s.W + pl + pr);
 }
 
 void conv(Isa isa, const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
@@ -180,7 +199,8 @@ void conv(Isa isa, const ConvWeights& cw, const Conv2dShape& s, const float* x, 
 
 void conv_reference(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
                     const Activation& act, float* y) {
-  const int64_t ICB = blocks(s.C), OB = cw.depthwise ? ICB : blocks(s.M), KK = s.KH * s.KW;
+  const int64_t ICB = blocks(s.C), OB = cw.depthwise ? ICB : blocks(s.M);
+  const int64_t x_img = cw.plain_input ? s.C * s.H * s.W : ICB * s.H * s.W * 16;
   for (int64_t n = 0; n < s.N; ++n)
     for (int64_t m = 0; m < OB * 16; ++m)
       for (int64_t oh = 0; oh < s.OH; ++oh)
@@ -190,24 +210,7 @@ void conv_reference(const ConvWeights& cw, const Conv2dShape& s, const float* x,
             y[yo] = 0.f;
             continue;
           }
-          double acc = cw.bias[size_t(m)];
-          for (int64_t kh = 0; kh < s.KH; ++kh)
-            for (int64_t kw = 0; kw < s.KW; ++kw) {
-              int64_t ih = oh * s.sh - s.pt + kh * s.dh, iw = ow * s.sw - s.pl + kw * s.dw;
-              if (ih < 0 || ih >= s.H || iw < 0 || iw >= s.W) continue;
-              const int64_t k = kh * s.KW + kw;
-              auto xat = [&](int64_t c) {
-                return cw.plain_input ? x[((n * s.C + c) * s.H + ih) * s.W + iw]
-                                      : x[((((n * ICB) + c / 16) * s.H + ih) * s.W + iw) * 16 + c % 16];
-              };
-              if (cw.depthwise) {
-                acc += double(xat(m)) * cw.w[size_t(((m / 16) * KK + k) * 16 + m % 16)];
-              } else {
-                for (int64_t c = 0; c < s.C; ++c)
-                  acc += double(xat(c)) * cw.w[size_t(dense_w_index(s, m, c, k))];
-              }
-            }
-          float v = float(acc);
+          float v = conv_output<double>(cw, s, x + n * x_img, m, oh, ow);
           if (residual) v += residual[yo];
           y[yo] = apply_activation(act, v);
         }

@@ -61,6 +61,10 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
 // Workspace floats conv() needs for sizes `s`: a padded copy of the input when a dense conv pads
 // (0 otherwise).
 int64_t conv_workspace_floats(const ConvWeights& cw, const Conv2dShape& s);
+// At least conv_workspace_floats for the image s.N x s.H x s.W and pads (top, bottom, left, right),
+// whatever the output size: for the memory planner, from input shapes alone.
+int64_t conv_workspace_bound_floats(const ConvWeights& cw, const Conv2dShape& s, int64_t pt, int64_t pb, int64_t pl,
+                                    int64_t pr);
 
 // y = act(conv(x, w) + bias + residual), x blocked (or NCHW when cw.plain_input), y and residual
 // (may be null) blocked [N, blocks(M), OH, OW, 16]. `s` gives this call's sizes (N, H, W, OH, OW

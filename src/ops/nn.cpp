@@ -179,6 +179,37 @@ Geom make_geom(const KernelContext& ctx, const WinAttrs& a, const Shape& in_spat
   return g;
 }
 
+// The window fields of a 2-D conv shape (image, kernel, steps, begin pads, output) from a resolved
+// 1-D or 2-D window; 1-D runs as 2-D with H = 1.
+void set_conv2d_window(const Geom& g, kernels::Conv2dShape& s) {
+  const size_t o = g.nd == 2 ? 1 : 0;
+  s.H = g.nd == 2 ? g.in[0] : 1;
+  s.W = g.in[o];
+  s.KH = g.nd == 2 ? g.k[0] : 1;
+  s.KW = g.k[o];
+  if (g.nd == 2) {
+    s.sh = g.s[0];
+    s.dh = g.d[0];
+    s.pt = g.pb[0];
+    s.OH = g.out[0];
+  }
+  s.sw = g.s[o];
+  s.dw = g.d[o];
+  s.pl = g.pb[o];
+  s.OW = g.out[o];
+}
+
+// The 2-D pooling kernels' geometry (kernels/pool.hpp) of a resolved 2-D window.
+kernels::Pool2D pool2d_of(const Geom& g, bool avg, bool count_include_pad) {
+  kernels::Pool2D p2;
+  p2.H = g.in[0], p2.W = g.in[1], p2.OH = g.out[0], p2.OW = g.out[1];
+  p2.kh = g.k[0], p2.kw = g.k[1], p2.sh = g.s[0], p2.sw = g.s[1], p2.dh = g.d[0], p2.dw = g.d[1];
+  p2.ph = g.pb[0], p2.pw = g.pb[1], p2.ph_end = g.pe[0], p2.pw_end = g.pe[1];
+  p2.avg = avg;
+  p2.count_include_pad = count_include_pad;
+  return p2;
+}
+
 // Iterate over an N-d index space: calls fn(index vector) in row-major order.
 template <class Fn>
 void for_each_index(const std::vector<int64_t>& shape, Fn&& fn) {
@@ -570,21 +601,7 @@ class ConvKernel final : public OpKernel {
       s.C = C;
       s.M = M;
       s.G = group;
-      size_t o = g.nd == 2 ? 1 : 0;  // 1-D runs as 2-D with H = 1
-      s.H = g.nd == 2 ? g.in[0] : 1;
-      s.W = g.in[o];
-      s.KH = g.nd == 2 ? g.k[0] : 1;
-      s.KW = g.k[o];
-      if (g.nd == 2) {
-        s.sh = g.s[0];
-        s.dh = g.d[0];
-        s.pt = g.pb[0];
-        s.OH = g.out[0];
-      }
-      s.sw = g.s[o];
-      s.dw = g.d[o];
-      s.pl = g.pb[o];
-      s.OW = g.out[o];
+      set_conv2d_window(g, s);
       const kernels::GemmArch& arch = kernels::gemm_arch_best();
       // The packed copy is used only for the very tensor it was made from: an initializer that is
       // also a graph input can be overridden by a feed.
@@ -971,12 +988,7 @@ void register_pools(OpRegistry& r) {
         const bool want_ind = o.kind == PoolKind::Max && ctx.num_outputs() > 1 && ctx.has_output(1);
         if (X.dtype() == DType::Float && g.nd == 2 && o.kind != PoolKind::Lp && !want_ind) {
           // 2-D float32 max/average: the row-wise kernel (kernels/pool.hpp), planes over the pool.
-          kernels::Pool2D p2;
-          p2.H = g.in[0], p2.W = g.in[1], p2.OH = g.out[0], p2.OW = g.out[1];
-          p2.kh = g.k[0], p2.kw = g.k[1], p2.sh = g.s[0], p2.sw = g.s[1], p2.dh = g.d[0], p2.dw = g.d[1];
-          p2.ph = g.pb[0], p2.pw = g.pb[1], p2.ph_end = g.pe[0], p2.pw_end = g.pe[1];
-          p2.avg = o.kind == PoolKind::Avg;
-          p2.count_include_pad = o.count_include_pad;
+          const kernels::Pool2D p2 = pool2d_of(g, o.kind == PoolKind::Avg, o.count_include_pad);
           Tensor& y = ctx.output_uninit(0, DType::Float, ys);
           kernels::pool2d_f32(ctx.pool(), X.data<float>(), y.data<float>(), X.dim(0) * X.dim(1), p2);
           return;
@@ -2559,8 +2571,7 @@ class NchwcConvKernel final : public OpKernel {
     }
     Geom g = make_geom(ctx, a_, {X.dim(2), X.dim(3)}, {s.KH, s.KW}, false);
     s.N = X.dim(0);
-    s.H = g.in[0], s.W = g.in[1], s.OH = g.out[0], s.OW = g.out[1];
-    s.sh = g.s[0], s.sw = g.s[1], s.dh = g.d[0], s.dw = g.d[1], s.pt = g.pb[0], s.pl = g.pb[1];
+    set_conv2d_window(g, s);
     Shape ys = {s.N, kernels::nchwc::blocks(s.M), s.OH, s.OW, kernels::nchwc::kBlock};
     const float* res = nullptr;
     if (ctx.has_input(3)) {
@@ -2580,16 +2591,9 @@ class NchwcConvKernel final : public OpKernel {
     s.N = in[0][0];
     s.H = in[0][2];
     s.W = in[0][3];
-    // the geometry of make_geom for explicit pads
-    auto at = [](const std::vector<int64_t>& v, size_t i, int64_t d) { return i < v.size() ? v[i] : d; };
-    s.sh = at(a_.strides, 0, 1), s.sw = at(a_.strides, 1, 1), s.dh = at(a_.dilations, 0, 1), s.dw = at(a_.dilations, 1, 1);
-    s.pt = at(a_.pads, 0, 0), s.pl = at(a_.pads, 1, 0);
-    const int64_t pb = at(a_.pads, 2, 0), pr = at(a_.pads, 3, 0);
-    const int64_t eh = (s.KH - 1) * s.dh + 1, ew = (s.KW - 1) * s.dw + 1;
-    if (s.H + s.pt + pb < eh || s.W + s.pl + pr < ew) return 0;
-    s.OH = (s.H + s.pt + pb - eh) / s.sh + 1;
-    s.OW = (s.W + s.pl + pr - ew) / s.sw + 1;
-    return size_t(kernels::nchwc::conv_workspace_floats(cw_, s)) * sizeof(float);
+    // (an upper bound over output sizes: the padded input never exceeds the image plus its pads)
+    auto pad = [&](size_t i) { return i < a_.pads.size() ? a_.pads[i] : int64_t(0); };
+    return size_t(kernels::nchwc::conv_workspace_bound_floats(cw_, s, pad(0), pad(2), pad(1), pad(3))) * sizeof(float);
   }
 
  private:
@@ -2618,12 +2622,7 @@ void register_nchwc(OpRegistry& r) {
         const Tensor& X = ctx.input(0);
         check_blocked(ctx, 0, X);
         Geom g = make_geom(ctx, a, {X.dim(2), X.dim(3)}, a.kernel, true);
-        kernels::Pool2D p2;
-        p2.H = g.in[0], p2.W = g.in[1], p2.OH = g.out[0], p2.OW = g.out[1];
-        p2.kh = g.k[0], p2.kw = g.k[1], p2.sh = g.s[0], p2.sw = g.s[1], p2.dh = g.d[0], p2.dw = g.d[1];
-        p2.ph = g.pb[0], p2.pw = g.pb[1], p2.ph_end = g.pe[0], p2.pw_end = g.pe[1];
-        p2.avg = avg;
-        p2.count_include_pad = cip;
+        const kernels::Pool2D p2 = pool2d_of(g, avg, cip);
         Tensor& y = ctx.output_uninit(0, DType::Float, {X.dim(0), X.dim(1), p2.OH, p2.OW, kernels::nchwc::kBlock});
         kernels::nchwc::pool(kernels::best_isa(), X.data<float>(), y.data<float>(), X.dim(0) * X.dim(1), p2, ctx.pool());
       });
