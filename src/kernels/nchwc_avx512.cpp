@@ -195,6 +195,15 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
 
 // ------------------------------------------------------------------ depthwise
 
+// Taps [k0, k1) of a window of k taps (stride st, begin pad p, dilation d) at output o whose input
+// index o*st - p + t*d lies in [0, n).
+void valid_taps(int64_t o, int64_t st, int64_t p, int64_t d, int64_t k, int64_t n, int64_t& k0, int64_t& k1) {
+  k0 = 0;
+  k1 = k;
+  while (k0 < k1 && o * st - p + k0 * d < 0) ++k0;
+  while (k1 > k0 && o * st - p + (k1 - 1) * d >= n) --k1;
+}
+
 // Depthwise: block cb of image n, output rows [r0, r1). Each pixel is one zmm (16 channels):
 // P pixels at a time, the taps' weights loaded once per tile.
 template <int P>
@@ -264,9 +273,8 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
   owa = std::min(owa, s.OW);
   owb = std::clamp(owb, owa, s.OW);
   for (int64_t oh = r0; oh < r1; ++oh) {
-    int64_t kh0 = 0, kh1 = s.KH;
-    while (kh0 < kh1 && oh * s.sh - s.pt + kh0 * s.dh < 0) ++kh0;
-    while (kh1 > kh0 && oh * s.sh - s.pt + (kh1 - 1) * s.dh >= s.H) --kh1;
+    int64_t kh0, kh1;
+    valid_taps(oh, s.sh, s.pt, s.dh, s.KH, s.H, kh0, kh1);
     for (int64_t ow = 0; ow < owa; ++ow) dw_edge(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
     for (int64_t ow = owa; ow < owb; ow += 8)
       dw_tiles<8>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, std::min<int64_t>(8, owb - ow), kh0, kh1);
@@ -351,9 +359,8 @@ void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const 
     const float* xp = x + pl * g.H * g.W * 16;
     float* yp = y + pl * g.OH * g.OW * 16;
     for (int64_t oh = 0; oh < g.OH; ++oh) {
-      int64_t kh0 = 0, kh1 = g.kh;
-      while (kh0 < kh1 && oh * g.sh - g.ph + kh0 * g.dh < 0) ++kh0;
-      while (kh1 > kh0 && oh * g.sh - g.ph + (kh1 - 1) * g.dh >= g.H) --kh1;
+      int64_t kh0, kh1;
+      valid_taps(oh, g.sh, g.ph, g.dh, g.kh, g.H, kh0, kh1);
       for (int64_t ow = 0; ow < g.OW; ++ow) {
         __m512 acc = g.avg ? _mm512_setzero_ps() : ninf;
         bool any = false;

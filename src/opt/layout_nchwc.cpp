@@ -222,6 +222,18 @@ void layout_nchwc(PassContext& ctx) {
     d.type.elem = DType::Float;
     return id;
   };
+  // Appends a basalt reorder node `op` (in -> out, with its `channels` attribute).
+  auto add_reorder = [&](const char* op, const std::string& name, int in, int out, int64_t c) {
+    Node r;
+    r.name = unique_value_name(g, name);
+    r.op_type = op;
+    r.domain = "basalt";
+    r.opset = 1;
+    r.inputs = {in};
+    r.outputs = {out};
+    r.attrs.push_back(make_attr_int("channels", c));
+    nodes.push_back(std::move(r));
+  };
   // A blocked version of plain value v (a reorder node, made once), which must have `c` channels:
   // the reorder checks it (a blocked tensor no longer says how many of its last block's channels
   // are real, so a mismatch would otherwise go unnoticed).
@@ -229,16 +241,8 @@ void layout_nchwc(PassContext& ctx) {
     if (blocked(v)) return bval[size_t(v)];
     auto it = to_blk.find({v, c});
     if (it != to_blk.end()) return it->second;
-    Node r;
-    r.name = unique_value_name(g, user.name + "_to_nchwc");
-    r.op_type = "ReorderToNchwc";
-    r.domain = "basalt";
-    r.opset = 1;
-    r.inputs = {v};
-    r.attrs.push_back(make_attr_int("channels", c));
-    int b = new_value(g.values[size_t(v)].name + "_nchwc");
-    r.outputs = {b};
-    nodes.push_back(std::move(r));
+    const int b = new_value(g.values[size_t(v)].name + "_nchwc");
+    add_reorder("ReorderToNchwc", user.name + "_to_nchwc", v, b, c);
     to_blk[{v, c}] = b;
     return b;
   };
@@ -291,15 +295,7 @@ void layout_nchwc(PassContext& ctx) {
     for (int c : idx.consumers(out))
       if (!kind[size_t(c)]) plain_reader = true;
     if (plain_reader) {
-      Node r;
-      r.name = unique_value_name(g, name + "_from_nchwc");
-      r.op_type = "ReorderFromNchwc";
-      r.domain = "basalt";
-      r.opset = 1;
-      r.inputs = {b};
-      r.outputs = {out};
-      r.attrs.push_back(make_attr_int("channels", channels[size_t(out)]));
-      nodes.push_back(std::move(r));
+      add_reorder("ReorderFromNchwc", name + "_from_nchwc", b, out, channels[size_t(out)]);
     }
   }
   g.nodes = std::move(nodes);
