@@ -6,9 +6,15 @@
 //   chunk), then steals from the other parts, so a slow, preempted or late thread holds up at
 //   most one chunk; the caller works too.
 // - Waiting threads spin for a bounded time (spin_us; 0 = never spin), then sleep on a futex.
-//   An idle pool uses no CPU. When pool threads are preempted often (another process wants the
-//   cores), the pool stops spinning for 200 ms at a time: on a busy machine spinning only burns
-//   the share of the cores the pool gets, and threads that sleep are scheduled sooner.
+//   An idle pool uses no CPU.
+// - A busy machine (another process wants the cores) changes two things for 200 ms after the last
+//   sign of it: nobody spins (spinning only burns the share of the cores the pool gets, and a
+//   thread that sleeps is scheduled sooner when woken), and the caller of a parallel_for, once its
+//   own chunks are done, yields its core (sched_yield) until the job ends instead of sleeping (a
+//   sleeping caller hands its core to the other process, and the rest of the run queues for one).
+//   Signs of a busy machine: a worker that spent over a quarter of the last >= 20 ms waiting in
+//   the run queue (/proc/thread-self/schedstat), or spinning threads found preempted 4 times in
+//   100 ms.
 // - A pool with 1 thread, a null pool, a nested call (from inside a chunk) and a call made while
 //   another caller has the pool all run the loop inline on the calling thread: results never
 //   depend on which of these happened, only the speed does.
@@ -34,8 +40,10 @@ class ThreadPool {
 
   int threads() const { return threads_; }
   int spin_us() const { return spin_us_; }
-  // Times a spinning thread found it had been preempted (and spinning was paused).
+  // Times a spinning thread found it had been preempted.
   uint64_t preempted_spins() const { return preempted_spins_.load(std::memory_order_relaxed); }
+  // Times the pool found the machine busy (another process wants the cores; see the top).
+  uint64_t busy_detections() const { return busy_detections_.load(std::memory_order_relaxed); }
 
   // Equivalent to the serial loop
   //   fn(0, n);
@@ -58,7 +66,11 @@ class ThreadPool {
   void run_chunks(Job& job, int self);
   template <class Pred>
   bool spin_until(Pred pred);
+  struct WaitProbe;
   void note_preempted(int64_t now_ns);
+  void note_busy(int64_t now_ns);
+  bool machine_busy(int64_t now_ns) const;
+  void probe_wait(WaitProbe& p);
 
   int threads_;
   int spin_us_;
@@ -70,8 +82,9 @@ class ThreadPool {
   std::atomic<Job*> job_{nullptr};
   std::atomic<int> active_{0};           // workers currently touching *job_
   std::atomic<bool> stop_{false};
-  std::atomic<int64_t> no_spin_until_ns_{0};  // steady_clock ns: no spinning before this
+  std::atomic<int64_t> busy_until_ns_{0};  // steady_clock ns: the machine counts as busy before this
   std::atomic<uint64_t> preempted_spins_{0};
+  std::atomic<uint64_t> busy_detections_{0};
   std::mutex preempt_mu_;           // guards the two below
   int64_t window_start_ns_ = 0;     // preemptions counted since then
   uint32_t window_count_ = 0;
