@@ -46,7 +46,10 @@ std::shared_ptr<Model> load_model_bytes(const void* data, size_t size, const Loa
 // Creates every node's kernel (subgraphs included) from the op registry, then calls each
 // kernel's prepare() with its constant inputs (weight packing), and re-finalizes the graphs.
 // An op without a kernel is an Unsupported error naming it, or, with opts.allow_unsupported, a
-// line in m.unsupported. Counts m.packed_weight_bytes and m.kernel_create_ns.
-void create_kernels(Model& m, const LoadOptions& opts, int threads);
+// line in m.unsupported. Counts m.packed_weight_bytes and m.kernel_create_ns. The prepare() calls
+// run on `pool` when there is one (a node per chunk; kernels are independent there), which is
+// where most of a session's creation time goes.
+class ThreadPool;
+void create_kernels(Model& m, const LoadOptions& opts, int threads, ThreadPool* pool = nullptr);
 
 }  // namespace basalt

@@ -124,7 +124,7 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
   }
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
-  create_kernels(*impl->model, lo, impl->opts.threads);
+  create_kernels(*impl->model, lo, impl->opts.threads, impl->pool.get());
   const Graph& g = *impl->model->graph;
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     impl->inputs.push_back(make_info(g.values[size_t(g.inputs[i])]));
