@@ -1,5 +1,7 @@
 #include <basalt/tensor.hpp>
 
+#include "core/pages.hpp"
+
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -33,14 +35,8 @@ static std::atomic<uint64_t> g_allocations{0};
 uint64_t allocation_count() { return g_allocations.load(std::memory_order_relaxed); }
 void detail::count_allocation() { g_allocations.fetch_add(1, std::memory_order_relaxed); }
 
-// Blocks from this size up are mapped directly: munmap returns them to the OS at once, where a
-// freed malloc block of that size may stay resident in the heap.
-static constexpr size_t kMmapThreshold = size_t(64) << 10;
-
-static size_t mapped_size(size_t bytes) {
-  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  return (bytes + page - 1) / page * page;
-}
+// Blocks from kMapThresholdBytes up are mapped directly (core/pages.hpp): munmap returns them to
+// the OS at once, where a freed malloc block of that size may stay resident in the heap.
 
 Storage::~Storage() {
   if (!owned || !data) return;
@@ -48,7 +44,7 @@ Storage::~Storage() {
     auto* p = static_cast<std::string*>(data);
     for (size_t i = 0; i < count; ++i) p[i].~basic_string();
   }
-  if (mapped) munmap(data, mapped_size(bytes));
+  if (mapped) unmap_pages(data, bytes);
   else std::free(data);
 }
 
@@ -96,12 +92,11 @@ void Tensor::allocate(bool zero) {
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
   void* p = nullptr;
-  bool mapped = dtype != DType::String && alloc >= kMmapThreshold;
+  bool mapped = dtype != DType::String && alloc >= kMapThresholdBytes;
   if (mapped) {
     // Anonymous pages are zero-filled by the kernel: no memset needed, and untouched pages
     // never become resident.
-    p = mmap(nullptr, mapped_size(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) p = nullptr;
+    p = map_pages(bytes);
   } else {
     p = std::aligned_alloc(64, alloc);
   }

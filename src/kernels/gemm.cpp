@@ -149,7 +149,7 @@ PackedMatrix pack_a_matrix(const GemmArch& g, int64_t M, int64_t K, const float*
   pm.is_a = true;
   pm.rows = M;
   pm.cols = K;
-  pm.data.resize(size_t(packed_a_floats(g, M, K)));
+  pm.data.reset(size_t(packed_a_floats(g, M, K)));
   pack_a(g, M, K, A, lda, trans, pm.data.data(), 0, (M + g.mr - 1) / g.mr);
   return pm;
 }
@@ -160,7 +160,7 @@ PackedMatrix pack_b_matrix(const GemmArch& g, int64_t K, int64_t N, const float*
   pm.is_a = false;
   pm.rows = K;
   pm.cols = N;
-  pm.data.resize(size_t(packed_b_floats(g, K, N)));
+  pm.data.reset(size_t(packed_b_floats(g, K, N)));
   pack_b(g, K, N, B, ldb, trans, pm.data.data(), 0, (N + g.nr - 1) / g.nr);
   return pm;
 }

@@ -24,13 +24,13 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
   const int64_t KK = s.KH * s.KW;
   if (cw.depthwise) {
     const int64_t CB = blocks(s.C);
-    cw.w.assign(size_t(CB * KK * 16), 0.f);
+    cw.w.reset(size_t(CB * KK * 16));  // zeros
     for (int64_t c = 0; c < s.C; ++c)
       for (int64_t k = 0; k < KK; ++k) cw.w[size_t(((c / 16) * KK + k) * 16 + c % 16)] = w[c * KK + k];
     cw.bias.assign(size_t(CB * 16), 0.f);
   } else {
     const int64_t OB = blocks(s.M), ICB = blocks(s.C);
-    cw.w.assign(size_t(OB * ICB * KK * 256), 0.f);
+    cw.w.reset(size_t(OB * ICB * KK * 256));  // zeros (the padding stays so)
     // dense_w_index, incrementally: channel block cb, channel ci within it, tap k
     for (int64_t m = 0; m < s.M; ++m) {
       const int64_t F16 = std::min<int64_t>(4, OB - m / 64 * 4) * 16;

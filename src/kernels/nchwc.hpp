@@ -42,7 +42,8 @@ struct ConvWeights {
   Conv2dShape s;
   bool depthwise = false;
   bool plain_input = false;  // the input is NCHW (the first conv of a chain), not blocked
-  std::vector<float> w, bias;
+  PageBuffer<float> w;        // packed once at load: core/pages.hpp (huge pages from 2 MB)
+  std::vector<float> bias;
   size_t bytes() const { return (w.size() + bias.size()) * sizeof(float); }
 };
 

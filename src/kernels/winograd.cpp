@@ -121,7 +121,7 @@ WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, c
           plain[static_cast<size_t>(((i * A + j) * M + m) * C + c)] = float(acc);
         }
     }
-  u.data.resize(static_cast<size_t>(A * A * mf));
+  u.data.reset(static_cast<size_t>(A * A * mf));
   for (int xi = 0; xi < A * A; ++xi) pack_a(g, M, C, plain.data() + xi * M * C, C, false, u.data.data() + xi * mf, 0, mp);
   return u;
 }

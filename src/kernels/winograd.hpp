@@ -38,7 +38,7 @@ struct WinogradWeights {
   const GemmArch* arch = nullptr;
   int tile = 0;  // output tile edge: 4 = F(4x4, 3x3), 2 = F(2x2, 3x3); 0 = empty
   int64_t M = 0, C = 0;
-  std::vector<float> data;  // alpha² packed A matrices, each packed_a_floats(arch, M, C) floats
+  PageBuffer<float> data;  // alpha² packed A matrices, each packed_a_floats(arch, M, C) floats
   int alpha() const { return tile + 2; }
   int64_t matrix_floats() const { return arch ? packed_a_floats(*arch, M, C) : 0; }
   size_t bytes() const { return data.size() * sizeof(float); }

@@ -1,5 +1,7 @@
 #include "runtime/arena.hpp"
 
+#include "core/pages.hpp"
+
 #include <basalt/error.hpp>
 #include <basalt/tensor.hpp>
 
@@ -16,50 +18,24 @@ namespace basalt {
 namespace {
 constexpr uint64_t kHugePage = uint64_t(2) << 20;
 
-// Arenas of at least this size are mapped 2 MB aligned and marked MADV_HUGEPAGE: kernels read
-// activations with large strides (im2col, packing a conv's input rows, pooling windows), and with
-// 4 KB pages nearly every row is a TLB miss. BASALT_HUGE_PAGES=0 turns it off.
+// Arenas of at least this size are whole huge pages (core/pages.hpp maps them 2 MB aligned and
+// marked MADV_HUGEPAGE): kernels read activations with large strides (im2col, packing a conv's
+// input rows, pooling windows), and with 4 KB pages nearly every row is a TLB miss.
+// BASALT_HUGE_PAGES=0 turns it off.
 constexpr uint64_t kHugeArenaMin = 2 * kHugePage;
-
-bool huge_pages_wanted() {
-  static const bool on = [] {
-    const char* e = std::getenv("BASALT_HUGE_PAGES");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
-}
 }  // namespace
 
 Arena::Arena(uint64_t bytes) {
   uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
   size_ = std::max<uint64_t>(page, (bytes + page - 1) / page * page);
-  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
-  if (size_ >= kHugeArenaMin && huge_pages_wanted()) {
-    // Whole huge pages, 2 MB aligned: map one extra huge page and unmap the slack on both sides.
-    const uint64_t want = (size_ + kHugePage - 1) / kHugePage * kHugePage;
-    void* p = mmap(nullptr, want + kHugePage, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p != MAP_FAILED) {
-      const uintptr_t lo = reinterpret_cast<uintptr_t>(p);
-      const uintptr_t a = (lo + kHugePage - 1) & ~uintptr_t(kHugePage - 1);
-      if (a > lo) munmap(p, a - lo);
-      const uintptr_t end = lo + want + kHugePage;
-      if (end > a + want) munmap(reinterpret_cast<void*>(a + want), end - (a + want));
-      base_ = reinterpret_cast<char*>(a);
-      size_ = want;
-      madvise(base_, size_, MADV_HUGEPAGE);  // a hint: without transparent huge pages it does nothing
-      detail::count_allocation();
-      return;
-    }
-  }
-  void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, flags, -1, 0);
-  if (p == MAP_FAILED)
-    BASALT_THROW(MemoryLimit, "cannot map a run arena of " + std::to_string(size_) + " bytes");
-  base_ = static_cast<char*>(p);
+  if (size_ >= kHugeArenaMin && huge_pages_wanted()) size_ = (size_ + kHugePage - 1) / kHugePage * kHugePage;
+  base_ = static_cast<char*>(map_pages(size_));
+  if (!base_) BASALT_THROW(MemoryLimit, "cannot map a run arena of " + std::to_string(size_) + " bytes");
   detail::count_allocation();
 }
 
 Arena::~Arena() {
-  if (base_) munmap(base_, size_);
+  if (base_) unmap_pages(base_, size_);
 }
 
 std::shared_ptr<Arena> ArenaPool::acquire(uint64_t bytes) {

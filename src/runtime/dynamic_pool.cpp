@@ -1,5 +1,7 @@
 #include "runtime/dynamic_pool.hpp"
 
+#include "core/pages.hpp"
+
 #include <basalt/error.hpp>
 #include <basalt/tensor.hpp>
 
@@ -35,8 +37,7 @@ uint64_t DynamicPool::size_class(uint64_t bytes) {
 void* DynamicPool::allocate(uint64_t bytes) {
   void* p = nullptr;
   if (bytes >= kMapFrom) {
-    p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) p = nullptr;
+    p = map_pages(bytes);  // core/pages.hpp: huge pages from 2 MB
   } else {
     p = std::aligned_alloc(64, bytes);
   }
@@ -46,7 +47,7 @@ void* DynamicPool::allocate(uint64_t bytes) {
 }
 
 void DynamicPool::release(void* data, uint64_t bytes) {
-  if (bytes >= kMapFrom) munmap(data, bytes);
+  if (bytes >= kMapFrom) unmap_pages(data, bytes);
   else std::free(data);
 }
 

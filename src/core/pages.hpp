@@ -1,0 +1,78 @@
+// Large memory blocks straight from the OS: tensors and packed weights of 64 KB and up.
+//
+// - A block is an anonymous mapping: the kernel hands it out zero-filled (no memset), pages that
+//   are never written never become resident, and freeing it returns it to the OS at once (a freed
+//   malloc block of that size may stay in the heap).
+// - From 2 MB up a block starts on a 2 MB boundary and is marked MADV_HUGEPAGE: where the kernel
+//   has transparent huge pages, each whole 2 MB of it is one page, so filling it costs one page
+//   fault per 2 MB instead of 512, and reading it (weights streamed from memory on every run)
+//   one TLB entry. The tail past the last whole 2 MB stays in 4 KB pages, so resident memory is
+//   never rounded up. BASALT_HUGE_PAGES=0 turns the huge pages off (for comparisons).
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace basalt {
+
+constexpr size_t kMapThresholdBytes = size_t(64) << 10;  // blocks from here up are mapped
+
+// Zero-filled block of `bytes` (mapped from kMapThresholdBytes up, else 64-byte aligned heap);
+// null when the OS refuses. Free it with free_pages(p, bytes), the same size.
+void* alloc_pages(size_t bytes);
+void free_pages(void* p, size_t bytes);
+// The mapped kind whatever the size (bytes > 0); unmap_pages(p, bytes) frees it.
+void* map_pages(size_t bytes);
+void unmap_pages(void* p, size_t bytes);
+bool huge_pages_wanted();  // BASALT_HUGE_PAGES is not "0"
+
+// A fixed-size, zero-filled array of trivially copyable T in such a block: packed weights.
+// reset(n) replaces the contents with n zeros (a fresh block: pages of a mapped one are zero
+// without being written, so a packing routine that writes every value touches each page once).
+template <class T>
+class PageBuffer {
+ public:
+  PageBuffer() = default;
+  explicit PageBuffer(size_t n) { reset(n); }
+  PageBuffer(const PageBuffer& o) : PageBuffer(o.n_) {
+    if (n_) std::memcpy(p_, o.p_, n_ * sizeof(T));
+  }
+  PageBuffer(PageBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PageBuffer& operator=(PageBuffer o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  ~PageBuffer() { release(); }
+
+  void reset(size_t n) {
+    release();
+    if (!n) return;
+    p_ = static_cast<T*>(alloc_pages(n * sizeof(T)));
+    if (!p_) throw std::bad_alloc();
+    n_ = n;
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  T& operator[](size_t i) { return p_[i]; }
+  const T& operator[](size_t i) const { return p_[i]; }
+  T* begin() { return p_; }
+  T* end() { return p_ + n_; }
+  const T* begin() const { return p_; }
+  const T* end() const { return p_ + n_; }
+
+ private:
+  void release() {
+    if (p_) free_pages(p_, n_ * sizeof(T));
+    p_ = nullptr;
+    n_ = 0;
+  }
+  T* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace basalt
