@@ -26,10 +26,10 @@ bool huge_pages_wanted() {
   return on;
 }
 
-void* map_pages(size_t bytes) {
+void* map_pages(size_t bytes, bool huge) {
   const size_t len = page_round(bytes);
   const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
-  if (len >= kHugePage && huge_pages_wanted()) {
+  if (huge && len >= kHugePage && huge_pages_wanted()) {
     // One huge page more than needed, then the slack on both sides unmapped: a 2 MB aligned start.
     void* p = mmap(nullptr, len + kHugePage, prot, flags, -1, 0);
     if (p != MAP_FAILED) {
@@ -51,7 +51,7 @@ void unmap_pages(void* p, size_t bytes) {
 }
 
 void* alloc_pages(size_t bytes) {
-  if (bytes >= kMapThresholdBytes) return map_pages(bytes);
+  if (bytes >= kMapThresholdBytes) return map_pages(bytes, true);
   const size_t a = bytes ? (bytes + 63) / 64 * 64 : 64;
   void* p = std::aligned_alloc(64, a);
   if (p) std::memset(p, 0, a);

@@ -29,7 +29,7 @@ Arena::Arena(uint64_t bytes) {
   uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
   size_ = std::max<uint64_t>(page, (bytes + page - 1) / page * page);
   if (size_ >= kHugeArenaMin && huge_pages_wanted()) size_ = (size_ + kHugePage - 1) / kHugePage * kHugePage;
-  base_ = static_cast<char*>(map_pages(size_));
+  base_ = static_cast<char*>(map_pages(size_, size_ >= kHugeArenaMin));
   if (!base_) BASALT_THROW(MemoryLimit, "cannot map a run arena of " + std::to_string(size_) + " bytes");
   detail::count_allocation();
 }

@@ -37,7 +37,7 @@ uint64_t DynamicPool::size_class(uint64_t bytes) {
 void* DynamicPool::allocate(uint64_t bytes) {
   void* p = nullptr;
   if (bytes >= kMapFrom) {
-    p = map_pages(bytes);  // core/pages.hpp: huge pages from 2 MB
+    p = map_pages(bytes, false);  // core/pages.hpp
   } else {
     p = std::aligned_alloc(64, bytes);
   }
