@@ -95,7 +95,10 @@ Tensor aligned_weight_copy(const Tensor& t) {
   if (t.dtype() == DType::String || !t.raw()) return t.clone();
   Tensor out = Tensor::uninit(t.dtype(), t.shape());
   size_t n = t.nbytes();
-  if (n) std::memcpy(out.raw(), t.raw(), n);
+  // read_bytes reads a view of the file with pread: the kernel copies from its page cache, and
+  // the file mapping never faults its pages in (ResNet-50's 100 MB of misaligned weights: ~25k
+  // page faults, a quarter of session creation).
+  if (n) t.read_bytes(0, n, out.raw());
   const bool file_backed = t.storage() && t.storage()->file_fd >= 0;
   if (file_backed && n >= (size_t(1) << 16)) release_file_pages(static_cast<const uint8_t*>(t.raw()), n);
   return out;

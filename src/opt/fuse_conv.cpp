@@ -127,7 +127,12 @@ void fuse_conv_bn(PassContext& ctx) {
       continue;
     }
     float eps = bn.attr_float("epsilon", 1e-5f);
-    Tensor nw = Tensor::uninit(DType::Float, w->shape()), nb(DType::Float, {m});
+    // The folded weight overwrites the original when nothing else can see it (an owned copy,
+    // e.g. the loader's aligned copy of a misaligned weight, read by this Conv alone): creating
+    // a session then allocates (and the kernel zero-fills) one copy of the weights less.
+    const bool in_place = idx.sole_consumer(conv.inputs[1]) == ci && w->storage() && w->storage()->owned &&
+                          w->storage().use_count() == 1 && w->is_aligned();
+    Tensor nw = in_place ? *w : Tensor::uninit(DType::Float, w->shape()), nb(DType::Float, {m});
     int64_t per = w->numel() / m;
     float* wd = nw.data<float>();
     const float* w0 = w->data<float>();
