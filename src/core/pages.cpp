@@ -51,7 +51,7 @@ void unmap_pages(void* p, size_t bytes) {
 }
 
 void* alloc_pages(size_t bytes) {
-  if (bytes >= kMapThresholdBytes) return map_pages(bytes, true);
+  if (bytes >= kMapThresholdBytes) return map_pages(bytes, kHugePackedWeights);
   const size_t a = bytes ? (bytes + 63) / 64 * 64 : 64;
   void* p = std::aligned_alloc(64, a);
   if (p) std::memset(p, 0, a);

@@ -3,19 +3,19 @@
 // - A block is an anonymous mapping: the kernel hands it out zero-filled (no memset), pages that
 //   are never written never become resident, and freeing it returns it to the OS at once (a freed
 //   malloc block of that size may stay in the heap).
-// - Blocks of 2 MB and up can ask for huge pages (tensors, packed weights and large run arenas
-//   do; dynamic-pool blocks, recycled between runs, do not): the block starts on a 2 MB boundary
-//   and is marked MADV_HUGEPAGE, so where the kernel has transparent huge pages each whole 2 MB of
-//   it is one page: filling it costs one page fault per 2 MB instead of 512, and reading it
-//   (weights streamed from memory on every run) one TLB entry per 2 MB. The tail past the last
-//   whole 2 MB stays in 4 KB pages, so resident memory is never rounded up.
-//   Measured (1 thread, alternating): ResNet-50 session creation ~215 -> ~166 ms, its runs 61.3
-//   -> 55.8 ms. On this machine (a VM) the kernel's zeroing of fresh pages costs erratic system
-//   time either way (BERT-base creation 242-556 ms with huge pages, 318-852 without).
-//   BASALT_HUGE_PAGES=0 turns huge pages off (for comparisons).
+// - Blocks of 2 MB and up can ask for huge pages: the block starts on a 2 MB boundary and is
+//   marked MADV_HUGEPAGE, so where the kernel has transparent huge pages each whole 2 MB of it is
+//   one page (one fault per 2 MB instead of 512, one TLB entry per 2 MB); the tail past the last
+//   whole 2 MB stays in 4 KB pages, so resident memory is never rounded up. Run arenas of 4 MB
+//   and up ask (activations read with large strides: PaddleOCR det 95 -> 78-87 ms). Tensors and
+//   packed weights do not (kHugePackedWeights): measured on this machine (a VM whose host takes
+//   back freed memory), fresh huge pages cost erratic system time: ResNet-50 session creation
+//   142-370 ms with them against a steady ~178 ms without, BERT-base 242-864 against ~375,
+//   for a 1-3% faster ResNet-50 run. BASALT_HUGE_PAGES=0 turns huge pages off everywhere.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -23,9 +23,10 @@
 namespace basalt {
 
 constexpr size_t kMapThresholdBytes = size_t(64) << 10;  // blocks from here up are mapped
+constexpr bool kHugePackedWeights = false;                // see above
 
-// Zero-filled block of `bytes` (mapped from kMapThresholdBytes up, else 64-byte aligned heap);
-// null when the OS refuses. Free it with free_pages(p, bytes), the same size.
+// Zero-filled block of `bytes` (mapped from kMapThresholdBytes up, huge pages as
+// kHugePackedWeights says; else 64-byte aligned heap); null when the OS refuses. Free it with free_pages(p, bytes), the same size.
 void* alloc_pages(size_t bytes);
 void free_pages(void* p, size_t bytes);
 // The mapped kind whatever the size (bytes > 0); unmap_pages(p, bytes) frees it.

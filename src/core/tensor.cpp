@@ -96,7 +96,7 @@ void Tensor::allocate(bool zero) {
   if (mapped) {
     // Anonymous pages are zero-filled by the kernel: no memset needed, and untouched pages
     // never become resident.
-    p = map_pages(bytes, true);
+    p = map_pages(bytes, false);  // see core/pages.hpp on huge pages
   } else {
     p = std::aligned_alloc(64, alloc);
   }

@@ -31,14 +31,19 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
   } else {
     const int64_t OB = blocks(s.M), ICB = blocks(s.C);
     cw.w.reset(size_t(OB * ICB * KK * 256));  // zeros (the padding stays so)
-    // dense_w_index, incrementally: channel block cb, channel ci within it, tap k
-    for (int64_t m = 0; m < s.M; ++m) {
-      const int64_t F16 = std::min<int64_t>(4, OB - m / 64 * 4) * 16;
-      float* dm = cw.w.data() + dense_w_index(s, m, 0, 0);
-      const float* src = w + m * s.C * KK;
-      for (int64_t c = 0; c < s.C; ++c, src += KK) {
-        float* d = dm + ((c / 16) * KK * 16 + c % 16) * F16;
-        for (int64_t k = 0; k < KK; ++k) d[k * 16 * F16] = src[k];
+    // dense_w_index, one destination block [KK][16 ci][F16 oc] (at most 36 KB: L1) at a time, so
+    // the writes stay in cache; the reads are F16 runs of 16*KK contiguous floats. (Scattering
+    // each source row over the whole packed weight wrote 4 KB apart: a TLB miss per store.)
+    for (int64_t g = 0; g * 4 < OB; ++g) {
+      const int64_t F16 = std::min<int64_t>(4, OB - g * 4) * 16, m0 = g * 64;
+      for (int64_t cb = 0; cb < ICB; ++cb) {
+        float* d = cw.w.data() + dense_w_index(s, m0, cb * 16, 0);
+        const int64_t c0 = cb * 16, nc = std::min<int64_t>(16, s.C - c0);
+        for (int64_t o = 0; o < F16 && m0 + o < s.M; ++o) {
+          const float* src = w + ((m0 + o) * s.C + c0) * KK;
+          for (int64_t ci = 0; ci < nc; ++ci, src += KK)
+            for (int64_t k = 0; k < KK; ++k) d[(k * 16 + ci) * F16 + o] = src[k];
+        }
       }
     }
     cw.bias.assign(size_t(OB * 16), 0.f);

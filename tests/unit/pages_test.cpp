@@ -8,21 +8,31 @@
 
 using basalt::PageBuffer;
 
-// Every size comes back zero-filled, writable to its last byte, at least 64-byte aligned; mapped
-// blocks of 2 MB and more start on a 2 MB boundary when huge pages are wanted.
+// Every size comes back zero-filled, writable to its last byte, at least 64-byte aligned; blocks
+// of 2 MB and more that ask for huge pages start on a 2 MB boundary (when they are wanted).
 TEST(Pages, BlocksAreZeroAlignedAndWritable) {
   for (size_t bytes : {size_t(1), size_t(100), basalt::kMapThresholdBytes - 1, basalt::kMapThresholdBytes,
                        size_t(2) << 20, (size_t(3) << 20) + 5, size_t(9) << 20}) {
     auto* p = static_cast<unsigned char*>(basalt::alloc_pages(bytes));
     ASSERT_NE(p, nullptr) << bytes;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
-    if (bytes >= (size_t(2) << 20) && basalt::huge_pages_wanted())
-      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (uintptr_t(2) << 20), 0u) << bytes;
     for (size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(p[i], 0) << bytes << " at " << i;
     ASSERT_EQ(p[bytes - 1], 0);
     std::memset(p, 0xab, bytes);
     EXPECT_EQ(p[bytes - 1], 0xab);
     basalt::free_pages(p, bytes);
+    if (bytes < basalt::kMapThresholdBytes) continue;
+    for (bool huge : {false, true}) {
+      auto* q = static_cast<unsigned char*>(basalt::map_pages(bytes, huge));
+      ASSERT_NE(q, nullptr) << bytes;
+      if (huge && bytes >= (size_t(2) << 20) && basalt::huge_pages_wanted())
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % (uintptr_t(2) << 20), 0u) << bytes;
+      ASSERT_EQ(q[0], 0);
+      ASSERT_EQ(q[bytes - 1], 0);
+      std::memset(q, 0xcd, bytes);
+      EXPECT_EQ(q[bytes / 2], 0xcd);
+      basalt::unmap_pages(q, bytes);
+    }
   }
 }
 
