@@ -104,17 +104,19 @@ struct ConvTiling {
   int64_t row_len = 0;    // pixels per row
   int64_t rows_per_task = 1;
   bool flat = false;      // rows are pixel segments of the image's output, not output rows
+  bool groups_inner = false;  // see decode
   int64_t row_tasks() const { return (rows + rows_per_task - 1) / rows_per_task; }
   int64_t tasks(int64_t N) const { return N * groups * row_tasks(); }
-  // task -> image n, group g, row range [r0, r1). Row ranges inner: the threads' contiguous parts
-  // split the groups, and so the weights (a thread streams only its groups' weights). (Groups
-  // inner, splitting the pixels instead, measured no faster on ResNet-50 / MobileNetV2 /
-  // SqueezeNet at 2 threads.)
+  // task -> image n, group g, row range [r0, r1). Row ranges inner (the default): the threads'
+  // contiguous parts split the groups, and so the weights (a thread streams only its groups'
+  // weights, but all of the input). Groups inner: the parts split the pixels (a thread streams
+  // its share of the input once, reused from cache by every group, but all of the weights);
+  // conv_tiling picks it when the input is larger than the weights.
   void decode(int64_t task, int64_t& n, int64_t& g, int64_t& r0, int64_t& r1) const {
     const int64_t rt_n = row_tasks(), per_image = groups * rt_n, t = task % per_image;
     n = task / per_image;
-    const int64_t rt = t % rt_n;
-    g = t / rt_n;
+    const int64_t rt = groups_inner ? t / groups : t % rt_n;
+    g = groups_inner ? t % groups : t / rt_n;
     r0 = rt * rows_per_task;
     r1 = std::min(rows, r0 + rows_per_task);
   }
