@@ -31,19 +31,23 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
   } else {
     const int64_t OB = blocks(s.M), ICB = blocks(s.C);
     cw.w.reset(size_t(OB * ICB * KK * 256));  // zeros (the padding stays so)
-    // dense_w_index, one destination block [KK][16 ci][F16 oc] (at most 36 KB: L1) at a time, so
-    // the writes stay in cache; the reads are F16 runs of 16*KK contiguous floats. (Scattering
-    // each source row over the whole packed weight wrote 4 KB apart: a TLB miss per store.)
+    // dense_w_index, one destination block [KK][16 ci][F16 oc] (at most 36 KB) at a time.
     for (int64_t g = 0; g * 4 < OB; ++g) {
       const int64_t F16 = std::min<int64_t>(4, OB - g * 4) * 16, m0 = g * 64;
       for (int64_t cb = 0; cb < ICB; ++cb) {
         float* d = cw.w.data() + dense_w_index(s, m0, cb * 16, 0);
         const int64_t c0 = cb * 16, nc = std::min<int64_t>(16, s.C - c0);
-        for (int64_t o = 0; o < F16 && m0 + o < s.M; ++o) {
-          const float* src = w + ((m0 + o) * s.C + c0) * KK;
-          for (int64_t ci = 0; ci < nc; ++ci, src += KK)
-            for (int64_t k = 0; k < KK; ++k) d[(k * 16 + ci) * F16 + o] = src[k];
-        }
+        // Destination order (contiguous stores); the strided loads stay within the block's F16
+        // source rows, which L1 holds. (Source order, scattering the stores F16 apart: ResNet-50's
+        // prepare 90 -> 73 ms this way.)
+        const int64_t no = std::min<int64_t>(F16, s.M - m0), row = s.C * KK;
+        const float* src0 = w + (m0 * s.C + c0) * KK;
+        for (int64_t k = 0; k < KK; ++k)
+          for (int64_t ci = 0; ci < nc; ++ci) {
+            float* dd = d + (k * 16 + ci) * F16;
+            const float* sp = src0 + ci * KK + k;
+            for (int64_t o = 0; o < no; ++o) dd[o] = sp[o * row];
+          }
       }
     }
     cw.bias.assign(size_t(OB * 16), 0.f);
