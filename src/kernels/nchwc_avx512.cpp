@@ -160,7 +160,7 @@ void tiles_p(const ConvArgs& a, const int64_t* taps, int64_t pix, const int64_t*
 
 // Floats of weights per chunk of input blocks (L1 is 48 KB: leave room for the input and output).
 constexpr int64_t kChunkFloats = 8192;
-constexpr int64_t kSegment = 96;  // ConvTiling::row_len of dense convs (nchwc.cpp)
+constexpr int64_t kSegment = 120;  // the most ConvTiling::row_len of dense convs (nchwc.cpp)
 
 // Output pixels [p0, p1) of the image, blocks [ob, ob + F): input-block chunks outside, so the
 // chunk's weights stay in L1 over the segment's tiles.
