@@ -808,10 +808,14 @@ void register_convtranspose(OpRegistry& r) {
       Tensor yconv;
       Tensor& yf = direct ? ctx.output(0, DType::Float, ys) : (yconv = Tensor(DType::Float, ys));
       int64_t K = shape_numel(k), MK = Mg * K, in_sp = shape_numel(in), out_sp = shape_numel(out);
-      int64_t chunk = std::min<int64_t>(in_sp, std::max<int64_t>(256, (int64_t(1) << 18) / std::max<int64_t>(MK, 1)));
+      // The workspace is sized for the largest chunk whatever the image, so every call of this node
+      // asks for the same size and reuses one block (sized by the image, each new size left a
+      // block of its own in the dynamic pool: RSS crept up over many input sizes).
+      const int64_t max_chunk = std::max<int64_t>(256, (int64_t(1) << 18) / std::max<int64_t>(MK, 1));
+      const int64_t chunk = std::min<int64_t>(in_sp, max_chunk);
       const kernels::GemmArch& garch = kernels::gemm_arch_best();
-      const int64_t col_floats = (MK * chunk + 15) / 16 * 16;
-      const int64_t gws_floats = kernels::sgemm_workspace_floats(garch, MK, chunk, Cg, false, false) + 32;
+      const int64_t col_floats = (MK * max_chunk + 15) / 16 * 16;
+      const int64_t gws_floats = kernels::sgemm_workspace_floats(garch, MK, max_chunk, Cg, false, false) + 32;
       float* col = static_cast<float*>(ctx.workspace(size_t(col_floats + gws_floats) * sizeof(float)));
       float* gws = col + col_floats;
       const float* x = xf.data<float>();
