@@ -66,15 +66,21 @@ class OpKernel {
 using KernelFn = std::function<void(KernelContext&)>;
 
 // Wraps a lambda as a kernel. Capture the attributes you parsed in the factory by value.
+// `ws`, when given, is its workspace_bytes (what compute() asks of KernelContext::workspace).
+using WorkspaceFn = std::function<size_t(std::span<const Shape>, int)>;
 class FnKernel final : public OpKernel {
  public:
-  explicit FnKernel(KernelFn f) : f_(std::move(f)) {}
+  explicit FnKernel(KernelFn f, WorkspaceFn ws = {}) : f_(std::move(f)), ws_(std::move(ws)) {}
   void compute(KernelContext& ctx) const override { f_(ctx); }
+  size_t workspace_bytes(std::span<const Shape> in, int threads) const override { return ws_ ? ws_(in, threads) : 0; }
 
  private:
   KernelFn f_;
+  WorkspaceFn ws_;
 };
-inline std::unique_ptr<OpKernel> kernel(KernelFn f) { return std::make_unique<FnKernel>(std::move(f)); }
+inline std::unique_ptr<OpKernel> kernel(KernelFn f, WorkspaceFn ws = {}) {
+  return std::make_unique<FnKernel>(std::move(f), std::move(ws));
+}
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const Node&)>;
 

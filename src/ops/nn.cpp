@@ -738,6 +738,19 @@ void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vecto
   }
 }
 
+// ConvTranspose's scratch: GEMM columns for `chunk` input positions at a time (MK = output
+// channels per group x kernel size, Cg = input channels per group) and the GEMM's own workspace.
+struct ConvTransposeScratch {
+  int64_t chunk = 0, col_floats = 0, gemm_floats = 0;
+};
+static ConvTransposeScratch convtranspose_scratch(int64_t MK, int64_t Cg, int64_t in_sp) {
+  ConvTransposeScratch sc;
+  sc.chunk = std::max<int64_t>(1, std::min<int64_t>(in_sp, std::max<int64_t>(256, (int64_t(1) << 18) / std::max<int64_t>(MK, 1))));
+  sc.col_floats = (MK * sc.chunk + 15) / 16 * 16;
+  sc.gemm_floats = kernels::sgemm_workspace_floats(kernels::gemm_arch_best(), MK, sc.chunk, Cg, false, false) + 32;
+  return sc;
+}
+
 void register_convtranspose(OpRegistry& r) {
   add_versions(r, "ConvTranspose", {1, 11, 22}, [](const Node& n) {
     WinAttrs a = parse_win(n, false);
@@ -808,16 +821,12 @@ void register_convtranspose(OpRegistry& r) {
       Tensor yconv;
       Tensor& yf = direct ? ctx.output(0, DType::Float, ys) : (yconv = Tensor(DType::Float, ys));
       int64_t K = shape_numel(k), MK = Mg * K, in_sp = shape_numel(in), out_sp = shape_numel(out);
-      // The workspace is sized for the largest chunk whatever the image, so every call of this node
-      // asks for the same size and reuses one block (sized by the image, each new size left a
-      // block of its own in the dynamic pool: RSS crept up over many input sizes).
-      const int64_t max_chunk = std::max<int64_t>(256, (int64_t(1) << 18) / std::max<int64_t>(MK, 1));
-      const int64_t chunk = std::min<int64_t>(in_sp, max_chunk);
+      // Scratch from the run's workspace (declared below, so the planner places it in the arena).
+      const ConvTransposeScratch sc = convtranspose_scratch(MK, Cg, in_sp);
+      const int64_t chunk = sc.chunk;
       const kernels::GemmArch& garch = kernels::gemm_arch_best();
-      const int64_t col_floats = (MK * max_chunk + 15) / 16 * 16;
-      const int64_t gws_floats = kernels::sgemm_workspace_floats(garch, MK, max_chunk, Cg, false, false) + 32;
-      float* col = static_cast<float*>(ctx.workspace(size_t(col_floats + gws_floats) * sizeof(float)));
-      float* gws = col + col_floats;
+      float* col = static_cast<float*>(ctx.workspace(size_t(sc.col_floats + sc.gemm_floats) * sizeof(float)));
+      float* gws = col + sc.col_floats;
       const float* x = xf.data<float>();
       const float* w = wf.data<float>();
       float* y = yf.data<float>();
@@ -846,6 +855,13 @@ void register_convtranspose(OpRegistry& r) {
             }
         }
       if (!direct) ctx.set_output(0, Value(fromf(yf, X.dtype())));
+    }, [group](std::span<const Shape> in, int) -> size_t {
+      if (in.size() < 2 || in[0].size() < 3 || in[1].size() != in[0].size() || group <= 0) return 0;
+      int64_t K = 1, in_sp = 1;
+      for (size_t i = 2; i < in[1].size(); ++i) K *= in[1][i];
+      for (size_t i = 2; i < in[0].size(); ++i) in_sp *= in[0][i];
+      const ConvTransposeScratch sc = convtranspose_scratch(in[1][1] * K, in[0][1] / group, in_sp);
+      return size_t(sc.col_floats + sc.gemm_floats) * sizeof(float);
     });
   });
 
