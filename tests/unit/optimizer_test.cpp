@@ -943,5 +943,40 @@ TEST(OptimizerLayout, ShortChainWithReordersStaysNchw) {
   EXPECT_TRUE(rejected_with(report_of(*s), "NCHWc layout", "not worth"));
 }
 
+// Kernels prepare (pack weights) on the session's pool, a node per chunk: when several nodes fail,
+// the error is the first failing node's in graph order, whatever thread met which failure first.
+TEST(Prepare, FirstFailingNodeInGraphOrderIsReported) {
+  Builder b;
+  b.m->opsets["basalt"] = 1;
+  b.input("X", {1, 2, 6, 6, 16});
+  std::string x = "X";
+  for (int i = 0; i < 6; ++i) {
+    std::string w = "W" + std::to_string(i), bias = "B" + std::to_string(i), y = "Y" + std::to_string(i);
+    b.init(w, random_tensor({32, 32, 1, 1}, uint32_t(i + 1)));
+    // nodes 2 and 4 get a bias of the wrong size, an error only prepare() sees
+    b.init(bias, random_tensor({i == 2 || i == 4 ? 31 : 32}, uint32_t(i + 11)));
+    Node& n = b.node("NchwcConv", {x, w, bias}, {y}, {attr("kernel_shape", Ints{1, 1})}, "conv" + std::to_string(i));
+    n.domain = "basalt";
+    n.opset = 1;
+    x = y;
+  }
+  b.output(x);
+  std::string bytes = b.bytes();
+  for (int threads : {1, 2, 3})
+    for (int rep = 0; rep < 5; ++rep) {
+      SessionOptions o;
+      o.optimization_level = 0;
+      o.threads = threads;
+      try {
+        Session::from_bytes(bytes.data(), bytes.size(), o);
+        ADD_FAILURE() << "no error at " << threads << " threads";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("conv2"), std::string::npos) << threads << " threads: " << e.what();
+        EXPECT_NE(std::string(e.what()).find("B must have 32 elements"), std::string::npos) << e.what();
+      }
+    }
+}
+
 }  // namespace
 }  // namespace basalt
+
