@@ -10,7 +10,7 @@
 namespace basalt {
 
 namespace {
-constexpr uintptr_t kHugePage = uintptr_t(2) << 20;
+constexpr uintptr_t kHugePage = kHugePageBytes;
 
 size_t page_round(size_t bytes) {
   static const size_t page = size_t(sysconf(_SC_PAGESIZE));

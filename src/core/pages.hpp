@@ -23,13 +23,16 @@
 namespace basalt {
 
 constexpr size_t kMapThresholdBytes = size_t(64) << 10;  // blocks from here up are mapped
+constexpr size_t kHugePageBytes = size_t(2) << 20;        // a transparent huge page (x86-64)
 constexpr bool kHugePackedWeights = false;                // see above
 
 // Zero-filled block of `bytes` (mapped from kMapThresholdBytes up, huge pages as
-// kHugePackedWeights says; else 64-byte aligned heap); null when the OS refuses. Free it with free_pages(p, bytes), the same size.
+// kHugePackedWeights says; else 64-byte aligned heap); null when the OS refuses. Free it with
+// free_pages(p, bytes), the same size.
 void* alloc_pages(size_t bytes);
 void free_pages(void* p, size_t bytes);
-// The mapped kind whatever the size (bytes > 0); unmap_pages(p, bytes) frees it.
+// The mapped kind whatever the size (bytes > 0), huge pages when asked and bytes >= 2 MB;
+// unmap_pages(p, bytes) frees it.
 void* map_pages(size_t bytes, bool huge);
 void unmap_pages(void* p, size_t bytes);
 bool huge_pages_wanted();  // BASALT_HUGE_PAGES is not "0"

@@ -105,7 +105,7 @@ struct PackedMatrix {
   const GemmArch* arch = nullptr;
   bool is_a = true;  // packed as the left operand (mr panels) or the right one (nr panels)
   int64_t rows = 0, cols = 0;  // op(X) dims: [M, K] for A, [K, N] for B
-  PageBuffer<float> data;  // core/pages.hpp: huge pages from 2 MB
+  PageBuffer<float> data;  // zero pages from the kernel (core/pages.hpp)
   size_t bytes() const { return data.size() * sizeof(float); }
 };
 PackedMatrix pack_a_matrix(const GemmArch& g, int64_t M, int64_t K, const float* A, int64_t lda, bool trans);

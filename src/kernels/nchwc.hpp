@@ -42,7 +42,7 @@ struct ConvWeights {
   Conv2dShape s;
   bool depthwise = false;
   bool plain_input = false;  // the input is NCHW (the first conv of a chain), not blocked
-  PageBuffer<float> w;        // packed once at load: core/pages.hpp (huge pages from 2 MB)
+  PageBuffer<float> w;        // packed once at load, zero pages from the kernel (core/pages.hpp)
   std::vector<float> bias;
   size_t bytes() const { return (w.size() + bias.size()) * sizeof(float); }
 };

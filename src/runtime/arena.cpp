@@ -16,12 +16,11 @@
 namespace basalt {
 
 namespace {
-constexpr uint64_t kHugePage = uint64_t(2) << 20;
-
 // Arenas of at least this size are whole huge pages (core/pages.hpp maps them 2 MB aligned and
 // marked MADV_HUGEPAGE): kernels read activations with large strides (im2col, packing a conv's
 // input rows, pooling windows), and with 4 KB pages nearly every row is a TLB miss.
 // BASALT_HUGE_PAGES=0 turns it off.
+constexpr uint64_t kHugePage = kHugePageBytes;
 constexpr uint64_t kHugeArenaMin = 2 * kHugePage;
 }  // namespace
 
