@@ -81,6 +81,7 @@ void layout_nchwc(PassContext& ctx) {
     if (forbidden[i]) continue;
     if (n.outputs.empty() || n.outputs[0] < 0) continue;
     const int out = n.outputs[0];
+    const bool in0_blocked = !n.inputs.empty() && blocked(n.inputs[0]);  // (a fuzzed node may have no input)
     std::string why;
     if (std_op(n, "Conv") || (n.domain == "basalt" && n.op_type == "FusedConv")) {
       const Tensor* w = n.inputs.size() > 1 ? constant_of(g, n.inputs[1]) : nullptr;
@@ -132,12 +133,12 @@ void layout_nchwc(PassContext& ctx) {
       plain_input[i] = plain;
       is_conv[i] = 1;
       channels[size_t(out)] = s.M;
-    } else if ((std_op(n, "MaxPool") || std_op(n, "AveragePool")) && blocked(n.inputs[0])) {
+    } else if ((std_op(n, "MaxPool") || std_op(n, "AveragePool")) && in0_blocked) {
       if (n.outputs.size() > 1 && n.outputs[1] >= 0) continue;  // indices
       if (n.attr_int("storage_order", 0) != 0 || !explicit_pads(n, why) || n.attr_ints("kernel_shape", {}).size() != 2) continue;
       kind[i] = 1;
       channels[size_t(out)] = channels[size_t(n.inputs[0])];
-    } else if ((std_op(n, "GlobalAveragePool") || std_op(n, "GlobalMaxPool")) && blocked(n.inputs[0])) {
+    } else if ((std_op(n, "GlobalAveragePool") || std_op(n, "GlobalMaxPool")) && in0_blocked) {
       kind[i] = 1;  // output stays NCHW
     } else if (std_op(n, "Concat") && !n.inputs.empty()) {
       int64_t ax = n.attr_int("axis", 0), total = 0;
@@ -155,7 +156,7 @@ void layout_nchwc(PassContext& ctx) {
       if (!st.get_symbolic(n.inputs[0], a) || !st.get_symbolic(n.inputs[1], b) || a != b) continue;
       kind[i] = 1;
       channels[size_t(out)] = channels[size_t(n.inputs[0])];
-    } else if (std_op(n, "Relu") && blocked(n.inputs[0])) {
+    } else if (std_op(n, "Relu") && in0_blocked) {
       kind[i] = 1;
       channels[size_t(out)] = channels[size_t(n.inputs[0])];
     }
