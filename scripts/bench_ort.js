@@ -3,7 +3,7 @@
 // `basalt bench`, `basalt perf shapes` and `basalt perf switch`, with onnxruntime-node
 // (CPU EP, graphOptimizationLevel 'all', intraOpNumThreads = --threads, interOpNumThreads 1).
 //
-//   node bench_ort.js bench MODEL --inputs DIR [--threads N] [--warmup W] [--iters K]
+//   node bench_ort.js bench MODEL --inputs DIR [--threads N] [--warmup W] [--iters K] [--keep-profile FILE]
 //   node bench_ort.js shapes MODEL --input NAME --sizes HxW,... [--repeat R] [--threads N]
 //   node bench_ort.js switch --cycles K [--threads N] MODEL:NAME=DIMS[,NAME=DIMS] ...
 //
@@ -105,7 +105,7 @@ function parseArgs(argv, spec) {
 
 async function bench(argv) {
   const ort = loadOrt();
-  const o = parseArgs(argv, { inputs: 's', threads: 'int', warmup: 'int', iters: 'int', spin: 'int' });
+  const o = parseArgs(argv, { inputs: 's', threads: 'int', warmup: 'int', iters: 'int', spin: 'int', 'keep-profile': 's' });
   const model = o._[0], threads = o.threads || 1, warmup = o.warmup ?? 3, iters = o.iters || 20;
   if (!model || !o.inputs) throw new Error('usage: bench MODEL --inputs DIR [--threads N] [--warmup W] [--iters K] [--spin 0|1]');
   // --spin 0: ORT's intra-op threads sleep instead of spinning between runs (session config
@@ -133,6 +133,7 @@ async function bench(argv) {
   const files = fs.readdirSync(profDir).filter(f => f.endsWith('.json'));
   if (files.length !== 1) throw new Error(`expected one ORT profile in ${profDir}, found ${files.length}`);
   const trace = JSON.parse(fs.readFileSync(path.join(profDir, files[0]), 'utf8'));
+  if (o['keep-profile']) fs.copyFileSync(path.join(profDir, files[0]), o['keep-profile']);
   fs.rmSync(profDir, { recursive: true, force: true });
   const runs = trace.filter(e => e.name === 'model_run').sort((a, b) => a.ts - b.ts).map(e => e.dur / 1000);
   const init = trace.find(e => e.name === 'session_initialization');

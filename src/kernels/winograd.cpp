@@ -139,7 +139,8 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
     throw std::invalid_argument("conv2d_winograd: weights were transformed for another arch or shape");
   const int MT = u.tile, A = MT + 2, AA = A * A;
   const int64_t M = s.M, C = s.C, T = winograd_block_tiles(g);
-  const int64_t tiles = s.N * ((s.OH + MT - 1) / MT) * ((s.OW + MT - 1) / MT), nblocks = (tiles + T - 1) / T;
+  const int64_t tiles = s.N * ((s.OH + MT - 1) / MT) * ((s.OW + MT - 1) / MT);
+  int64_t nblocks = (tiles + T - 1) / T;
   if (tiles == 0) return;  // an empty output
   int threads = pool ? pool->threads() : 1;
   if (threads > kMaxSlots) {  // more jobs at once than slots: run inline (the workspace has one slot)
@@ -151,7 +152,32 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
   auto input = g.isa == Isa::Avx512 ? winograd_input_avx512 : g.isa == Isa::Avx2 ? winograd_input_avx2 : winograd_input_portable;
   auto output =
       g.isa == Isa::Avx512 ? winograd_output_avx512 : g.isa == Isa::Avx2 ? winograd_output_avx2 : winograd_output_portable;
-  auto block = [&](int64_t blk) { return WinogradBlock{&s, MT, blk * T, std::min(T, tiles - blk * T), g.nr, 0, C}; };
+  // Blocks: T tiles each, in order; but on a pool whose threads would get unequal numbers of
+  // them (196 tiles = 64 + 64 + 64 + 4 at 2 threads: one thread 128 tiles, the other 68), the
+  // tiles are first split evenly over the threads in runs of 16 (the GEMM's column vector), and
+  // each thread's run into as few blocks of at most T tiles as hold it: the pool's parts are then
+  // one thread's run each (196 tiles: 48 + 48 | 48 + 52).
+  int64_t bpt = 0;  // blocks per thread's run; 0 = plain blocks of T
+  if (threads > 1 && nblocks > threads) {
+    const int64_t units = (tiles + 15) / 16, even = (units + threads - 1) / threads;
+    int64_t plain_max = 0;  // the most 16-tile units one thread's part of plain blocks holds
+    for (int p = 0; p < threads; ++p) {
+      const int64_t b0 = nblocks * p / threads, b1 = nblocks * (p + 1) / threads;
+      plain_max = std::max(plain_max, (std::min(tiles, b1 * T) - b0 * T + 15) / 16);
+    }
+    if (plain_max > even) {
+      bpt = (even * 16 + T - 1) / T;
+      nblocks = bpt * threads;
+    }
+  }
+  auto block = [&](int64_t blk) {
+    if (bpt == 0) return WinogradBlock{&s, MT, blk * T, std::min(T, tiles - blk * T), g.nr, 0, C};
+    const int64_t units = (tiles + 15) / 16, p = blk / bpt, k = blk % bpt;
+    const int64_t u0 = units * p / threads, u1 = units * (p + 1) / threads;
+    const int64_t t0 = std::min(tiles, 16 * (u0 + (u1 - u0) * k / bpt));
+    const int64_t t1 = std::min(tiles, 16 * (u0 + (u1 - u0) * (k + 1) / bpt));
+    return WinogradBlock{&s, MT, t0, t1 - t0, g.nr, 0, C};
+  };
   // Slot sl's areas: V, the products, the transform scratch.
   auto v_of = [&](int sl) { return align64(workspace + sl * slot); };
   auto o_of = [&](int sl) { return align64(v_of(sl) + AA * vstride); };
@@ -213,6 +239,7 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
     with_slot([&](int sl) {
       for (int64_t j = j0; j < j1; ++j) {
         const WinogradBlock b = block(j);
+        if (b.nt == 0) continue;  // (a thread's run of fewer tiles than its blocks)
         input(b, x, v_of(sl), vstride, scratch_of(sl));
         products(b, v_of(sl), 0, M, sl);
       }

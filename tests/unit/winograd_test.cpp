@@ -120,6 +120,8 @@ TEST(Winograd, MatchesReferenceOnOddShapes) {
       {1, 35, 30, 30, 150, 1, 1, 1, 1},   // M beyond one output-channel pass (128 rows)
       {3, 16, 17, 17, 16, 1, 1, 1, 1},    // several blocks of 64 tiles
       {1, 64, 18, 18, 70, 1, 1, 1, 1},    // K = C = 64
+      {1, 16, 56, 56, 16, 1, 1, 1, 1},    // 196 tiles: at 2 threads blocks balanced per thread (48+48 | 48+52)
+      {3, 16, 30, 30, 20, 1, 1, 1, 1},    // 192 tiles over 3 images, balanced blocks crossing images
   };
   std::mt19937 rng(5);
   const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
