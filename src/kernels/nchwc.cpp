@@ -256,12 +256,16 @@ void for_reorder_items(ThreadPool* pool, int64_t N, int64_t CB, int64_t HW, Fn&&
 
 }  // namespace
 
-void to_blocked(Isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
+void to_blocked(Isa isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
   const int64_t CB = blocks(C);
+  if (int(isa) > int(best_isa())) isa = best_isa();
   for_reorder_items(pool, N, CB, HW, [&](int64_t n, int64_t cb, int64_t p0, int64_t p1) {
     const int64_t nc = std::min<int64_t>(16, C - cb * 16);
     const float* xs = x + (n * C + cb * 16) * HW;
     float* yb = y + (n * CB + cb) * HW * 16;
+#if defined(__x86_64__)
+    if (isa == Isa::Avx512) return to_blocked_avx512(xs, nc, HW, yb, p0, p1);  // 16 x 16 register transposes
+#endif
     for (int64_t p = p0; p < p1; ++p) {  // one contiguous write per pixel, 16 read streams
       float* yp = yb + p * 16;
       for (int64_t c = 0; c < nc; ++c) yp[c] = xs[c * HW + p];
@@ -270,12 +274,16 @@ void to_blocked(Isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y,
   });
 }
 
-void from_blocked(Isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
+void from_blocked(Isa isa, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
   const int64_t CB = blocks(C);
+  if (int(isa) > int(best_isa())) isa = best_isa();
   for_reorder_items(pool, N, CB, HW, [&](int64_t n, int64_t cb, int64_t p0, int64_t p1) {
     const int64_t nc = std::min<int64_t>(16, C - cb * 16);
     const float* xb = x + (n * CB + cb) * HW * 16;
     float* ys = y + (n * C + cb * 16) * HW;
+#if defined(__x86_64__)
+    if (isa == Isa::Avx512) return from_blocked_avx512(xb, nc, HW, ys, p0, p1);
+#endif
     // 16 pixels at a time: each channel's 16 outputs are one contiguous run, and the block's
     // 16 x 16 inputs (1 KB) stay in L1 while the channels are written (reading channel-major over
     // the whole block instead touched every input line 16 times: 4 ms for a 6.5 MB tensor)

@@ -93,6 +93,10 @@ void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const float
                         const Activation& act, float* y, int64_t task0, int64_t task1);
 void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
                       const Activation& act, float* y, int64_t task0, int64_t task1);
+// One (image, channel block) of a layout conversion, pixels [p0, p1): xs / ys are the block's
+// first NCHW channel (nc <= 16 of them exist), yb / xb its blocked plane.
+void to_blocked_avx512(const float* xs, int64_t nc, int64_t HW, float* yb, int64_t p0, int64_t p1);
+void from_blocked_avx512(const float* xb, int64_t nc, int64_t HW, float* ys, int64_t p0, int64_t p1);
 void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
 
 // Work split of conv: tasks [0, tasks(N)) cover every (image, channel group, row range).

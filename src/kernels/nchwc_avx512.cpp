@@ -351,6 +351,82 @@ void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* 
   }
 }
 
+// ------------------------------------------------------------------ layout conversions
+
+namespace {
+
+// The masked forms with a full mask are the same instructions as the plain unpack / shuffle
+// intrinsics, which pass an undefined vector that GCC 12 reports as maybe uninitialized.
+inline __m512 unpack_lo(__m512 a, __m512 b) { return _mm512_mask_unpacklo_ps(a, 0xFFFF, a, b); }
+inline __m512 unpack_hi(__m512 a, __m512 b) { return _mm512_mask_unpackhi_ps(a, 0xFFFF, a, b); }
+inline __m512 unpack_lo64(__m512 a, __m512 b) {
+  const __m512d x = _mm512_castps_pd(a);
+  return _mm512_castpd_ps(_mm512_mask_unpacklo_pd(x, 0xFF, x, _mm512_castps_pd(b)));
+}
+inline __m512 unpack_hi64(__m512 a, __m512 b) {
+  const __m512d x = _mm512_castps_pd(a);
+  return _mm512_castpd_ps(_mm512_mask_unpackhi_pd(x, 0xFF, x, _mm512_castps_pd(b)));
+}
+template <int IMM>
+inline __m512 lanes(__m512 a, __m512 b) { return _mm512_mask_shuffle_f32x4(a, 0xFFFF, a, b, IMM); }
+
+// In-register transpose of a 16 x 16 float block: r[i] lane j <- r[j] lane i.
+inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {  // pairs of rows interleaved within each 128-bit lane
+    t[2 * i] = unpack_lo(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = unpack_hi(r[2 * i], r[2 * i + 1]);
+  }
+  __m512 u[16];  // u[4g + k], 128-bit lane L: column 4L + k of rows 4g .. 4g + 3
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    u[4 * g] = unpack_lo64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = unpack_hi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = unpack_lo64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = unpack_hi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {  // row 4L + k gathers lane L of u[k], u[4 + k], u[8 + k], u[12 + k]
+    const __m512 v0 = lanes<0x44>(u[k], u[4 + k]), v1 = lanes<0xEE>(u[k], u[4 + k]);
+    const __m512 v2 = lanes<0x44>(u[8 + k], u[12 + k]), v3 = lanes<0xEE>(u[8 + k], u[12 + k]);
+    r[k] = lanes<0x88>(v0, v2);
+    r[4 + k] = lanes<0xDD>(v0, v2);
+    r[8 + k] = lanes<0x88>(v1, v3);
+    r[12 + k] = lanes<0xDD>(v1, v3);
+  }
+}
+
+inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+
+}  // namespace
+
+void to_blocked_avx512(const float* xs, int64_t nc, int64_t HW, float* yb, int64_t p0, int64_t p1) {
+  __m512 r[16];
+  for (int64_t q = p0; q < p1; q += 16) {
+    const int64_t np = std::min<int64_t>(16, p1 - q);
+    const __mmask16 m = first_lanes(np);
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c)  // channels past nc: zeros (an empty mask reads nothing)
+      r[c] = _mm512_maskz_loadu_ps(c < nc ? m : __mmask16(0), xs + std::min<int64_t>(c, nc - 1) * HW + q);
+    transpose16(r);
+    for (int64_t p = 0; p < np; ++p) _mm512_storeu_ps(yb + (q + p) * 16, r[p]);
+  }
+}
+
+void from_blocked_avx512(const float* xb, int64_t nc, int64_t HW, float* ys, int64_t p0, int64_t p1) {
+  __m512 r[16];
+  for (int64_t q = p0; q < p1; q += 16) {
+    const int64_t np = std::min<int64_t>(16, p1 - q);
+    const __mmask16 m = first_lanes(np);
+#pragma GCC unroll 16
+    for (int p = 0; p < 16; ++p)
+      r[p] = _mm512_maskz_loadu_ps(p < np ? __mmask16(0xFFFF) : __mmask16(0), xb + (q + std::min<int64_t>(p, np - 1)) * 16);
+    transpose16(r);
+    for (int64_t c = 0; c < nc; ++c) _mm512_mask_storeu_ps(ys + c * HW + q, m, r[c]);
+  }
+}
+
 // ------------------------------------------------------------------ pooling
 
 void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t) {

@@ -159,18 +159,28 @@ TEST(NchwcConv, SupportedShapes) {
 }
 
 TEST(NchwcLayout, RoundTripAndPaddingZeros) {
+  // Every ISA's conversions against the blocked indexing, at pixel counts with and without a
+  // 16-pixel tail and across work items (1024 pixels), on 1, 2 and 3 threads.
   std::mt19937 rng(3);
-  for (int64_t C : {1, 15, 16, 17, 40}) {
-    const int64_t N = 2, HW = 13;
-    auto x = test::rnd(N * C * HW, rng);
-    std::vector<float> b(size_t(N * nc::blocks(C) * 16 * HW), 7.f), back(x.size());
-    nc::to_blocked(kernels::Isa::Avx512, x.data(), N, C, HW, b.data(), nullptr);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = C; c < nc::blocks(C) * 16; ++c)
-        for (int64_t p = 0; p < HW; ++p) ASSERT_EQ(b[size_t(((n * nc::blocks(C) + c / 16) * HW + p) * 16 + c % 16)], 0.f);
-    nc::from_blocked(kernels::Isa::Avx512, b.data(), N, C, HW, back.data(), nullptr);
-    EXPECT_EQ(back, x) << "C " << C;
-  }
+  const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
+  for (int64_t C : {1, 15, 16, 17, 40})
+    for (int64_t HW : {1, 13, 16, 33, 1030}) {
+      const int64_t N = 2, CB = nc::blocks(C);
+      auto x = test::rnd(N * C * HW, rng);
+      std::vector<float> want(size_t(N * CB * 16 * HW), 0.f);
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t c = 0; c < C; ++c)
+          for (int64_t p = 0; p < HW; ++p)
+            want[size_t(((n * CB + c / 16) * HW + p) * 16 + c % 16)] = x[size_t((n * C + c) * HW + p)];
+      for (kernels::Isa isa : {kernels::Isa::Portable, kernels::Isa::Avx512})
+        for (auto& pool : pools) {
+          std::vector<float> b(want.size(), 7.f), back(x.size(), 7.f);
+          nc::to_blocked(isa, x.data(), N, C, HW, b.data(), pool.get());
+          ASSERT_EQ(b, want) << "C " << C << " HW " << HW << " isa " << kernels::isa_name(isa);  // padding channels 0
+          nc::from_blocked(isa, b.data(), N, C, HW, back.data(), pool.get());
+          ASSERT_EQ(back, x) << "C " << C << " HW " << HW << " isa " << kernels::isa_name(isa);
+        }
+    }
 }
 
 TEST(NchwcPool, MatchesNchwPool) {
