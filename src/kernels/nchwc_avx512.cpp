@@ -403,7 +403,36 @@ inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : _
 
 void to_blocked_avx512(const float* xs, int64_t nc, int64_t HW, float* yb, int64_t p0, int64_t p1) {
   __m512 r[16];
-  for (int64_t q = p0; q < p1; q += 16) {
+  int64_t q = p0;
+  if (nc == 16) {
+    // Whole 16 x 16 blocks with the 128-bit lane stage done by the loads: s[4k + i] lane R holds
+    // pixels 4k .. 4k + 3 of channel 4R + i, so a 4 x 4 transpose within the lanes of s[4k .. 4k + 3]
+    // gives pixels 4k .. 4k + 3 (lane R: channels 4R .. 4R + 3). Half the shuffles of
+    // transpose16, which bound this loop (the inserts' ALU part also runs on port 0).
+    for (; q + 16 <= p1; q += 16) {
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k)
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+          const float* src = xs + i * HW + q + 4 * k;
+          __m512 v = _mm512_castps128_ps512(_mm_loadu_ps(src));
+          v = _mm512_insertf32x4(v, _mm_loadu_ps(src + 4 * HW), 1);
+          v = _mm512_insertf32x4(v, _mm_loadu_ps(src + 8 * HW), 2);
+          r[4 * k + i] = _mm512_insertf32x4(v, _mm_loadu_ps(src + 12 * HW), 3);
+        }
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const __m512 t0 = unpack_lo(r[4 * k], r[4 * k + 1]), t1 = unpack_hi(r[4 * k], r[4 * k + 1]);
+        const __m512 t2 = unpack_lo(r[4 * k + 2], r[4 * k + 3]), t3 = unpack_hi(r[4 * k + 2], r[4 * k + 3]);
+        float* y = yb + (q + 4 * k) * 16;
+        _mm512_storeu_ps(y, unpack_lo64(t0, t2));
+        _mm512_storeu_ps(y + 16, unpack_hi64(t0, t2));
+        _mm512_storeu_ps(y + 32, unpack_lo64(t1, t3));
+        _mm512_storeu_ps(y + 48, unpack_hi64(t1, t3));
+      }
+    }
+  }
+  for (; q < p1; q += 16) {
     const int64_t np = std::min<int64_t>(16, p1 - q);
     const __mmask16 m = first_lanes(np);
 #pragma GCC unroll 16
