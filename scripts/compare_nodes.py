@@ -4,13 +4,16 @@
 Runs `basalt profile --profile` and `bench_ort.js bench --keep-profile` on the same .npy inputs and
 threads (fresh processes, ROUNDS times alternating, each side's per-node mean over its timed runs,
 the lowest of the rounds), then sums them per node class: convs by weight shape and input image
-size, other ops by op and output image size (names differ between the two: ORT renames the nodes
+size (channel counts rounded up to 16,
+as ORT pads them), other ops by op and output image size (names differ between the two: ORT renames the nodes
 its layout pass rewrites, and unnamed nodes get each runtime's own names). Prints the classes both
 ran, worst for basalt first, with the ratio ORT/basalt (> 1: basalt is faster), then the classes only
 one side ran (layout reorders, unfused ops).
 
 usage: compare_nodes.py --basalt build/basalt --model resnet50 [--threads 2] [--iters 20] [--rounds 2]
-                        [--top 30]
+                        [--top 30] [--quick]
+--quick: a smoke run (SqueezeNet, 1 thread, 3 iters, 1 round) that checks both profiles were read and
+every conv class matched; it ends with "N passed, N failed" like the test suites.
 Models and inputs are those of bench_compare.py (run scripts/bench.sh once to fetch/generate them).
 """
 import argparse
@@ -41,8 +44,11 @@ def node_class(op, ins, out):
     for pre in ("Nchwc", "Fused"):
         if base.startswith(pre) and len(base) > len(pre):
             base = base[len(pre):]
-    if base == "Conv" and len(ins) > 1 and len(ins[0]) >= 4:
-        return f"Conv W{'x'.join(map(str, ins[1]))} @{ins[0][2]}x{ins[0][3]}"
+    if base == "Conv" and len(ins) > 1 and len(ins[0]) >= 4 and len(ins[1]) >= 2:
+        # ORT's layout pass pads channel counts to its block (1000 -> 1008): both sides are named
+        # with counts above 8 rounded up to 16
+        w = [(d + 15) // 16 * 16 if isinstance(d, int) and d > 8 else d for d in ins[1][:2]] + ins[1][2:]
+        return f"Conv W{'x'.join(map(str, w))} @{ins[0][2]}x{ins[0][3]}"
     hw = f" @{out[2]}x{out[3]}" if len(out) >= 4 else (f" -> {'x'.join(map(str, out))}" if out else "")
     return base + hw
 
@@ -91,12 +97,15 @@ def ort_nodes(args, model, folder, threads):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--basalt", required=True)
-    ap.add_argument("--model", required=True, help="an id of bench_compare.py's MODELS")
+    ap.add_argument("--model", default="resnet50", help="an id of bench_compare.py's MODELS")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
+    if args.quick:
+        args.model, args.threads, args.iters, args.rounds = "squeezenet", 1, 3, 1
     spec = {m[0]: m for m in bc.MODELS}.get(args.model)
     if not spec:
         sys.exit(f"compare_nodes: unknown model {args.model} (one of {', '.join(m[0] for m in bc.MODELS)})")
@@ -129,6 +138,12 @@ def main():
               ", ".join(f"{k} {v:.3f}" for k, v in sorted(only.items(), key=lambda kv: -kv[1])))
     tb, to = sum(best_b.values()), sum(best_o.values())
     print(f"{tb:9.3f} {to:9.3f} {to / tb if tb else 0:6.2f}  all nodes")
+    if args.quick:
+        checks = [tb > 0 and to > 0, sum(k.startswith("Conv ") for k in both) >= 10,
+                  not any(k.startswith("Conv ") for k in set(best_b) ^ set(best_o))]
+        print(f"{sum(checks)} passed, {len(checks) - sum(checks)} failed")
+        return 0 if all(checks) else 1
+    return 0
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -91,6 +91,8 @@ run_suite cli-bench "$PY" "$ROOT/tests/cli/bench_test.py" "$BASALT"
 run_suite memory "$PY" "$ROOT/tests/memory/memory_curves.py" "$BASALT"
 # Smoke run of the ORT side-by-side benchmark (make bench): SqueezeNet, 1 thread, 3 iterations.
 run_suite bench-smoke bash "$ROOT/scripts/bench.sh" "$BUILD" --quick
+# Smoke run of the per-node comparison with ORT (scripts/compare_nodes.py): SqueezeNet, 1 thread.
+run_suite nodes-smoke "$PY" "$ROOT/scripts/compare_nodes.py" --basalt "$BASALT" --quick
 run_suite capi "$ROOT/tests/capi/run.sh" "$BUILD"
 run_suite python pytest_suite "$ROOT/tests/python"
 run_suite fuzz-regressions "$ROOT/tests/fuzz/replay.sh" "$BUILD"
