@@ -343,12 +343,19 @@ void pool(Isa isa, const float* x, float* y, int64_t planes, const Pool2D& g, Th
   parallel_for(tp, planes, 1, [&](int64_t p0, int64_t p1) { fn(x, y, p0, p1, g, t); });
 }
 
-void global_pool(Isa, bool avg, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
+void global_pool(Isa isa, bool avg, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool) {
   const int64_t CB = blocks(C);
+  if (int(isa) > int(best_isa())) isa = best_isa();
   parallel_for(pool, N * CB, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n = b / CB, cb = b % CB, nc = std::min<int64_t>(16, C - cb * 16);
       const float* xb = x + b * HW * 16;
+#if defined(__x86_64__)
+      if (isa == Isa::Avx512) {
+        global_pool_avx512(avg, xb, nc, HW, y + n * C + cb * 16);
+        continue;
+      }
+#endif
       float acc[16];
       for (int64_t l = 0; l < 16; ++l) acc[l] = avg ? 0.f : -std::numeric_limits<float>::infinity();
       for (int64_t p = 0; p < HW; ++p)

@@ -97,6 +97,8 @@ void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* 
 // first NCHW channel (nc <= 16 of them exist), yb / xb its blocked plane.
 void to_blocked_avx512(const float* xs, int64_t nc, int64_t HW, float* yb, int64_t p0, int64_t p1);
 void from_blocked_avx512(const float* xb, int64_t nc, int64_t HW, float* ys, int64_t p0, int64_t p1);
+// Global average or max of one blocked plane [HW][16] into y[0, nc).
+void global_pool_avx512(bool avg, const float* xb, int64_t nc, int64_t HW, float* y);
 void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
 
 // Work split of conv: tasks [0, tasks(N)) cover every (image, channel group, row range).

@@ -397,6 +397,9 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
+// max(v, acc): acc unless v > acc (for acc never NaN, the compare-and-blend of the general loops).
+inline __m512 vmax(__m512 v, __m512 acc) { return _mm512_mask_max_ps(acc, 0xFFFF, v, acc); }
+
 inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 
 }  // namespace
@@ -458,15 +461,67 @@ void from_blocked_avx512(const float* xb, int64_t nc, int64_t HW, float* ys, int
 
 // ------------------------------------------------------------------ pooling
 
+namespace {
+
+// Output pixels [ow, ow + P) of row oh whose kw taps all lie inside the input row: P independent
+// accumulators (a max or sum chain per pixel is 4 cycles a tap; one pixel at a time was latency
+// bound). Same operations in the same tap order as the general loop below, so the same results.
+template <int P>
+void pool_interior(const float* xp, float* yp, const Pool2D& g, const PoolTables& t, int64_t oh, int64_t ow, int64_t kh0,
+                   int64_t kh1) {
+  __m512 acc[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = g.avg ? _mm512_setzero_ps() : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* xr = xp + ((oh * g.sh - g.ph + kh * g.dh) * g.W + ow * g.sw - g.pw) * 16;
+    for (int64_t kw = 0; kw < g.kw; ++kw) {
+      const float* xk = xr + kw * g.dw * 16;
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        const __m512 v = _mm512_loadu_ps(xk + p * g.sw * 16);
+        // max(v, acc) is acc unless v > acc (acc never NaN): the general loop's compare and blend
+        acc[p] = g.avg ? _mm512_add_ps(acc[p], v) : vmax(v, acc[p]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    __m512 r = acc[p];
+    if (g.avg) {
+      const size_t o = size_t(ow + p);
+      const float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[o] : t.cnt_h[size_t(oh)] * t.cnt_w[o];
+      r = _mm512_div_ps(r, _mm512_set1_ps(cnt));  // (an interior pixel has taps: cnt > 0)
+    }
+    _mm512_storeu_ps(yp + (oh * g.OW + ow + p) * 16, r);
+  }
+}
+
+template <int P>
+void pool_interiors(const float* xp, float* yp, const Pool2D& g, const PoolTables& t, int64_t oh, int64_t ow, int64_t n,
+                    int64_t kh0, int64_t kh1) {
+  if constexpr (P > 1) {
+    if (n < P) return pool_interiors<P - 1>(xp, yp, g, t, oh, ow, n, kh0, kh1);
+  }
+  pool_interior<P>(xp, yp, g, t, oh, ow, kh0, kh1);
+}
+
+}  // namespace
+
 void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  // Output columns [owa, owb): every tap inside the row (as in dw_task).
+  int64_t owa = g.pw > 0 ? (g.pw + g.sw - 1) / g.sw : 0;
+  const int64_t last_tap = (g.kw - 1) * g.dw - g.pw;
+  int64_t owb = g.W - 1 - last_tap >= 0 ? (g.W - 1 - last_tap) / g.sw + 1 : 0;
+  owa = std::min(owa, g.OW);
+  owb = std::clamp(owb, owa, g.OW);
   for (int64_t pl = p0; pl < p1; ++pl) {
     const float* xp = x + pl * g.H * g.W * 16;
     float* yp = y + pl * g.OH * g.OW * 16;
     for (int64_t oh = 0; oh < g.OH; ++oh) {
       int64_t kh0, kh1;
       valid_taps(oh, g.sh, g.ph, g.dh, g.kh, g.H, kh0, kh1);
-      for (int64_t ow = 0; ow < g.OW; ++ow) {
+      auto pixel = [&](int64_t ow) {
         __m512 acc = g.avg ? _mm512_setzero_ps() : ninf;
         bool any = false;
         for (int64_t kh = kh0; kh < kh1; ++kh) {
@@ -488,9 +543,43 @@ void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const 
           acc = _mm512_setzero_ps();
         }
         _mm512_storeu_ps(yp + (oh * g.OW + ow) * 16, acc);
+      };
+      if (kh1 <= kh0) {  // no row of the window inside the input: the general loop's zeros
+        for (int64_t ow = 0; ow < g.OW; ++ow) pixel(ow);
+        continue;
       }
+      for (int64_t ow = 0; ow < owa; ++ow) pixel(ow);
+      for (int64_t ow = owa; ow < owb; ow += 8)
+        pool_interiors<8>(xp, yp, g, t, oh, ow, std::min<int64_t>(8, owb - ow), kh0, kh1);
+      for (int64_t ow = owb; ow < g.OW; ++ow) pixel(ow);
     }
   }
+}
+
+void global_pool_avx512(bool avg, const float* xb, int64_t nc, int64_t HW, float* y) {
+  // Four independent chains (one add or max a pixel was latency bound), combined at the end.
+  const __m512 init = avg ? _mm512_setzero_ps() : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 a0 = init, a1 = init, a2 = init, a3 = init;
+  int64_t p = 0;
+  for (; p + 4 <= HW; p += 4) {
+    const float* q = xb + p * 16;
+    if (avg) {
+      a0 = _mm512_add_ps(a0, _mm512_loadu_ps(q));
+      a1 = _mm512_add_ps(a1, _mm512_loadu_ps(q + 16));
+      a2 = _mm512_add_ps(a2, _mm512_loadu_ps(q + 32));
+      a3 = _mm512_add_ps(a3, _mm512_loadu_ps(q + 48));
+    } else {
+      a0 = vmax(_mm512_loadu_ps(q), a0);
+      a1 = vmax(_mm512_loadu_ps(q + 16), a1);
+      a2 = vmax(_mm512_loadu_ps(q + 32), a2);
+      a3 = vmax(_mm512_loadu_ps(q + 48), a3);
+    }
+  }
+  for (; p < HW; ++p) a0 = avg ? _mm512_add_ps(a0, _mm512_loadu_ps(xb + p * 16)) : vmax(_mm512_loadu_ps(xb + p * 16), a0);
+  __m512 r = avg ? _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))
+                 : vmax(vmax(a0, a1), vmax(a2, a3));
+  if (avg) r = _mm512_div_ps(r, _mm512_set1_ps(float(HW)));
+  _mm512_mask_storeu_ps(y, first_lanes(nc), r);
 }
 
 }  // namespace basalt::kernels::nchwc

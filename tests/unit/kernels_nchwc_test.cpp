@@ -188,17 +188,20 @@ TEST(NchwcPool, MatchesNchwPool) {
   struct P {
     int64_t H, W, k, s, p, d;
     bool avg, cip;
+    bool ceil = false;  // ceil_mode: one more output row and column than the input fills (end padding)
   };
   const P cases[] = {{112, 112, 3, 2, 1, 1, false, false}, {55, 55, 3, 2, 0, 1, false, false}, {9, 11, 3, 1, 1, 1, true, false},
                      {9, 11, 3, 1, 1, 1, true, true},      {7, 7, 7, 1, 0, 1, true, false},   {10, 10, 2, 2, 0, 1, false, false},
-                     {12, 9, 3, 2, 2, 2, false, false}};
+                     {12, 9, 3, 2, 2, 2, false, false},   {111, 111, 3, 2, 0, 1, false, false, true},
+                     {20, 17, 3, 2, 1, 1, true, false, true}, {30, 30, 5, 1, 2, 1, true, true}};
   for (const P& c : cases)
     for (int64_t C : {16, 40}) {
       kernels::Pool2D g;
       g.H = c.H, g.W = c.W, g.kh = g.kw = c.k, g.sh = g.sw = c.s, g.dh = g.dw = c.d;
       g.ph = g.pw = g.ph_end = g.pw_end = c.p;
-      g.OH = (c.H + 2 * c.p - (c.k - 1) * c.d - 1) / c.s + 1;
-      g.OW = (c.W + 2 * c.p - (c.k - 1) * c.d - 1) / c.s + 1;
+      g.OH = (c.H + 2 * c.p - (c.k - 1) * c.d - 1) / c.s + 1 + (c.ceil ? 1 : 0);
+      g.OW = (c.W + 2 * c.p - (c.k - 1) * c.d - 1) / c.s + 1 + (c.ceil ? 1 : 0);
+      if (c.ceil) g.ph_end = g.pw_end = c.p + c.s;  // the extra window reaches past the input
       g.avg = c.avg;
       g.count_include_pad = c.cip;
       const int64_t N = 1, CB = nc::blocks(C);
