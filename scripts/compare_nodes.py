@@ -27,6 +27,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_compare as bc  # noqa: E402
 
+WARMUP = 3  # warm-up runs of each side, after the first run; neither is counted
+
 
 def parse_dims(t):
     """'float32[1,64,56,56]' -> [1, 64, 56, 56] ([] for a scalar or anything else)."""
@@ -55,8 +57,8 @@ def node_class(op, ins, out):
 
 def basalt_nodes(args, model, opts, folder, threads):
     trace = os.path.join(folder, "basalt_trace.json")
-    cmd = [args.basalt, "profile", model, *opts, "--threads", str(threads), "--warmup", "3", "--iters",
-           str(args.iters), "--profile", trace, "--top", "1"]
+    cmd = [args.basalt, "profile", model, *opts, "--threads", str(threads), "--warmup", str(WARMUP),
+           "--iters", str(args.iters), "--profile", trace, "--top", "1"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=600)
     with open(trace) as f:
         ev = json.load(f)
@@ -75,15 +77,16 @@ def basalt_nodes(args, model, opts, folder, threads):
 
 def ort_nodes(args, model, folder, threads):
     prof = os.path.join(folder, "ort_profile.json")
-    cmd = [*bc.node_cmd(), "bench", model, "--inputs", folder, "--threads", str(threads), "--warmup", "3",
-           "--iters", str(args.iters), "--keep-profile", prof]
+    cmd = [*bc.node_cmd(), "bench", model, "--inputs", folder, "--threads", str(threads), "--warmup",
+           str(WARMUP), "--iters", str(args.iters), "--keep-profile", prof]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=600)
     with open(prof) as f:
         ev = json.load(f)
     runs = sorted(e["ts"] for e in ev if e.get("name") == "model_run")
-    first_timed = runs[4] if len(runs) > 4 else 0  # skip the first run and the 3 warm-ups
+    skip = 1 + WARMUP  # the first run and the warm-ups
+    first_timed = runs[skip] if len(runs) > skip else 0
     total = collections.defaultdict(float)
-    nruns = max(1, len(runs) - 4)
+    nruns = max(1, len(runs) - skip)
     for e in ev:
         if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time") or e["ts"] < first_timed:
             continue

@@ -35,11 +35,11 @@ struct ConvArgs {
   const Activation* act;
 };
 
+// The first n lanes of a vector (all 16 from n = 16 on).
+inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+
 // Channels of output block ob that exist (16 except in the last block).
-inline __mmask16 valid_lanes(const ConvArgs& a, int64_t ob) {
-  int64_t n = a.s->M - ob * 16;
-  return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u);
-}
+inline __mmask16 valid_lanes(const ConvArgs& a, int64_t ob) { return first_lanes(a.s->M - ob * 16); }
 
 
 // The inner product of one tile: P output pixels x F output blocks, over `ntaps` taps (an input
@@ -204,6 +204,16 @@ void valid_taps(int64_t o, int64_t st, int64_t p, int64_t d, int64_t k, int64_t 
   while (k1 > k0 && o * st - p + (k1 - 1) * d >= n) --k1;
 }
 
+// Output columns [a, b) of OW whose k taps (stride st, begin pad p, dilation d) all lie in the
+// input row of n columns; the columns before a and from b on have taps outside it.
+void interior_cols(int64_t p, int64_t st, int64_t d, int64_t k, int64_t n, int64_t OW, int64_t& a, int64_t& b) {
+  a = p > 0 ? (p + st - 1) / st : 0;
+  const int64_t last_tap = (k - 1) * d - p;
+  b = n - 1 - last_tap >= 0 ? (n - 1 - last_tap) / st + 1 : 0;
+  a = std::min(a, OW);
+  b = std::clamp(b, a, OW);
+}
+
 // Depthwise: block cb of image n, output rows [r0, r1). Each pixel is one zmm (16 channels):
 // P pixels at a time, the taps' weights loaded once per tile.
 template <int P>
@@ -265,13 +275,9 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
   float* yb = y + yo;
   const float* wb = cw.w.data() + cb * s.KH * s.KW * 16;
   const __m512 bias = _mm512_loadu_ps(cw.bias.data() + cb * 16);
-  const int64_t nv = s.C - cb * 16;
-  const __mmask16 lanes = nv >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << nv) - 1u);
-  int64_t owa = s.pl > 0 ? (s.pl + s.sw - 1) / s.sw : 0;
-  int64_t last_tap = (s.KW - 1) * s.dw - s.pl;
-  int64_t owb = s.W - 1 - last_tap >= 0 ? (s.W - 1 - last_tap) / s.sw + 1 : 0;
-  owa = std::min(owa, s.OW);
-  owb = std::clamp(owb, owa, s.OW);
+  const __mmask16 lanes = first_lanes(s.C - cb * 16);
+  int64_t owa, owb;
+  interior_cols(s.pl, s.sw, s.dw, s.KW, s.W, s.OW, owa, owb);
   for (int64_t oh = r0; oh < r1; ++oh) {
     int64_t kh0, kh1;
     valid_taps(oh, s.sh, s.pt, s.dh, s.KH, s.H, kh0, kh1);
@@ -397,10 +403,8 @@ inline void transpose16(__m512 r[16]) {
   }
 }
 
-// max(v, acc): acc unless v > acc (for acc never NaN, the compare-and-blend of the general loops).
+// max(v, acc): v where v > acc, else acc (a NaN v is skipped; acc starts at -inf and so is never NaN).
 inline __m512 vmax(__m512 v, __m512 acc) { return _mm512_mask_max_ps(acc, 0xFFFF, v, acc); }
-
-inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 
 }  // namespace
 
@@ -479,7 +483,6 @@ void pool_interior(const float* xp, float* yp, const Pool2D& g, const PoolTables
 #pragma GCC unroll 8
       for (int p = 0; p < P; ++p) {
         const __m512 v = _mm512_loadu_ps(xk + p * g.sw * 16);
-        // max(v, acc) is acc unless v > acc (acc never NaN): the general loop's compare and blend
         acc[p] = g.avg ? _mm512_add_ps(acc[p], v) : vmax(v, acc[p]);
       }
     }
@@ -509,12 +512,8 @@ void pool_interiors(const float* xp, float* yp, const Pool2D& g, const PoolTable
 
 void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  // Output columns [owa, owb): every tap inside the row (as in dw_task).
-  int64_t owa = g.pw > 0 ? (g.pw + g.sw - 1) / g.sw : 0;
-  const int64_t last_tap = (g.kw - 1) * g.dw - g.pw;
-  int64_t owb = g.W - 1 - last_tap >= 0 ? (g.W - 1 - last_tap) / g.sw + 1 : 0;
-  owa = std::min(owa, g.OW);
-  owb = std::clamp(owb, owa, g.OW);
+  int64_t owa, owb;  // output columns [owa, owb): every tap inside the row
+  interior_cols(g.pw, g.sw, g.dw, g.kw, g.W, g.OW, owa, owb);
   for (int64_t pl = p0; pl < p1; ++pl) {
     const float* xp = x + pl * g.H * g.W * 16;
     float* yp = y + pl * g.OH * g.OW * 16;
@@ -532,7 +531,7 @@ void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const 
             __m512 v = _mm512_loadu_ps(xr + iw * 16);
             any = true;
             if (g.avg) acc = _mm512_add_ps(acc, v);
-            else acc = _mm512_mask_mov_ps(acc, _mm512_cmp_ps_mask(v, acc, _CMP_GT_OQ), v);
+            else acc = vmax(v, acc);
           }
         }
         if (g.avg) {

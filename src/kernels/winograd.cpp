@@ -157,9 +157,10 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
   // tiles are first split evenly over the threads in runs of 16 (the GEMM's column vector), and
   // each thread's run into as few blocks of at most T tiles as hold it: the pool's parts are then
   // one thread's run each (196 tiles: 48 + 48 | 48 + 52).
+  const int64_t units = (tiles + 15) / 16;  // runs of 16 tiles
   int64_t bpt = 0;  // blocks per thread's run; 0 = plain blocks of T
   if (threads > 1 && nblocks > threads) {
-    const int64_t units = (tiles + 15) / 16, even = (units + threads - 1) / threads;
+    const int64_t even = (units + threads - 1) / threads;
     int64_t plain_max = 0;  // the most 16-tile units one thread's part of plain blocks holds
     for (int p = 0; p < threads; ++p) {
       const int64_t b0 = nblocks * p / threads, b1 = nblocks * (p + 1) / threads;
@@ -172,7 +173,7 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
   }
   auto block = [&](int64_t blk) {
     if (bpt == 0) return WinogradBlock{&s, MT, blk * T, std::min(T, tiles - blk * T), g.nr, 0, C};
-    const int64_t units = (tiles + 15) / 16, p = blk / bpt, k = blk % bpt;
+    const int64_t p = blk / bpt, k = blk % bpt;
     const int64_t u0 = units * p / threads, u1 = units * (p + 1) / threads;
     const int64_t t0 = std::min(tiles, 16 * (u0 + (u1 - u0) * k / bpt));
     const int64_t t1 = std::min(tiles, 16 * (u0 + (u1 - u0) * (k + 1) / bpt));
