@@ -33,6 +33,14 @@ int64_t now_ns() {
 constexpr int64_t kPreemptedGapNs = 200'000;
 // A busy machine stays marked busy for this long after the last sign of it.
 constexpr int64_t kBusyNs = 200'000'000;
+// BASALT_POOL_APART=0 leaves thread placement to the scheduler on a busy machine (for comparing).
+bool no_apart() {
+  static const bool off = [] {
+    const char* v = std::getenv("BASALT_POOL_APART");
+    return v && v[0] == '0';
+  }();
+  return off;
+}
 }  // namespace
 
 // An idle machine preempts a spinning pool thread now and then (kernel threads, timers); a core
@@ -167,7 +175,11 @@ int ThreadPool::available_cores() {
 }
 
 ThreadPool::ThreadPool(int threads, int spin_us)
-    : threads_(threads < 1 ? 1 : threads), spin_us_(spin_us < 0 ? 0 : spin_us), parts_(new Part[size_t(threads_)]) {
+    : threads_(threads < 1 ? 1 : threads),
+      spin_us_(spin_us < 0 ? 0 : spin_us),
+      parts_(new Part[size_t(threads_)]),
+      tids_(new std::atomic<int>[size_t(threads_)]) {
+  for (int i = 0; i < threads_; ++i) tids_[i].store(0);
   workers_.reserve(size_t(threads_ - 1));
   for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
@@ -224,6 +236,7 @@ void ThreadPool::worker_main(int index) {
   // sees it as new (reading epoch_ here would skip it, leaving the first job to the caller).
   uint32_t seen = 0;
   WaitProbe probe;
+  tids_[index].store(int(syscall(SYS_gettid)));
   for (;;) {
     // stop_ is set before epoch_ is bumped: if this thread read `seen` after the final bump, it
     // sees stop_ here and never waits on an epoch that will not change again.
@@ -250,6 +263,28 @@ void ThreadPool::worker_main(int index) {
   }
 }
 
+// While the machine is busy, the workers may run on the caller's cores but the one it runs on
+// (see the header); otherwise on all of the caller's cores. Called by the caller holding
+// caller_mu_, before it posts a job: an idle machine costs one clock read, a busy one also
+// sched_getcpu, and only a change of state or of the caller's core makes system calls.
+void ThreadPool::keep_apart(int64_t now) {
+  int here = machine_busy(now) ? sched_getcpu() : -1;
+  if (here == apart_from_) return;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof mask, &mask) != 0) return;
+  // Apart only where the workers still have a core each.
+  if (here >= 0 && CPU_ISSET(here, &mask) && CPU_COUNT(&mask) >= threads_) CPU_CLR(here, &mask);
+  else here = -1;
+  if (here == apart_from_) return;
+  for (int i = 1; i < threads_; ++i) {
+    int tid = tids_[i].load(std::memory_order_relaxed);
+    if (tid > 0) sched_setaffinity(tid, sizeof mask, &mask);  // a refusal leaves it where it was
+  }
+  if (here >= 0) apart_moves_.fetch_add(1, std::memory_order_relaxed);
+  apart_from_ = here;
+}
+
 void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   if (grain < 1) grain = 1;
@@ -265,6 +300,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     grain = (n + (int64_t(1) << 30) - 1) >> 30;
     chunks = (n + grain - 1) / grain;
   }
+  if (!no_apart()) keep_apart(now_ns());
   Job job;
   job.fn = &fn;
   job.n = n;

@@ -15,6 +15,13 @@
 //   Signs of a busy machine: a worker that spent over a quarter of the last >= 20 ms waiting in
 //   the run queue (/proc/thread-self/schedstat), or spinning threads found preempted 4 times in
 //   100 ms.
+//   While the machine is busy the workers are also kept off the caller's core (their affinity is
+//   the pool's cores less the one the caller runs on, set again when the caller moves): a worker
+//   woken on a machine with no idle core is often placed on its waker's core, and the scheduler's
+//   balancer then sees 2 | 1 threads on 2 cores as balanced whichever 2 share, so the pool's
+//   threads would share one core while the other process has the other. The workers get the
+//   caller's cores back when the machine is no longer busy. Only where the caller may run on at
+//   least threads() cores. BASALT_POOL_APART=0 turns it off (for comparing).
 // - A pool with 1 thread, a null pool, a nested call (from inside a chunk) and a call made while
 //   another caller has the pool all run the loop inline on the calling thread: results never
 //   depend on which of these happened, only the speed does.
@@ -44,6 +51,8 @@ class ThreadPool {
   uint64_t preempted_spins() const { return preempted_spins_.load(std::memory_order_relaxed); }
   // Times the pool found the machine busy (another process wants the cores; see the top).
   uint64_t busy_detections() const { return busy_detections_.load(std::memory_order_relaxed); }
+  // Times the workers were moved off the caller's core (see the top).
+  uint64_t apart_moves() const { return apart_moves_.load(std::memory_order_relaxed); }
 
   // Equivalent to the serial loop
   //   fn(0, n);
@@ -62,6 +71,7 @@ class ThreadPool {
  private:
   struct Job;
   struct Part;
+  void keep_apart(int64_t now_ns);
   void worker_main(int index);
   void run_chunks(Job& job, int self);
   template <class Pred>
@@ -76,6 +86,8 @@ class ThreadPool {
   int spin_us_;
   std::vector<std::thread> workers_;
   std::unique_ptr<Part[]> parts_;        // one per thread, reused by every job
+  std::unique_ptr<std::atomic<int>[]> tids_;  // the workers' thread ids (0 until a worker starts)
+  int apart_from_ = -1;                  // the core the workers are kept off, or -1 (caller_mu_)
   std::mutex caller_mu_;                 // one parallel_for owns the workers at a time
   std::atomic<uint32_t> epoch_{0};       // bumped to wake workers for a new job (futex word)
   std::atomic<int> sleepers_{0};         // workers asleep on epoch_ (wake only when > 0)
@@ -85,6 +97,7 @@ class ThreadPool {
   std::atomic<int64_t> busy_until_ns_{0};  // steady_clock ns: the machine counts as busy before this
   std::atomic<uint64_t> preempted_spins_{0};
   std::atomic<uint64_t> busy_detections_{0};
+  std::atomic<uint64_t> apart_moves_{0};
   std::mutex preempt_mu_;           // guards the two below
   int64_t window_start_ns_ = 0;     // preemptions counted since then
   uint32_t window_count_ = 0;

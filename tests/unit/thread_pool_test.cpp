@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <chrono>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include <sched.h>
 #include <sys/resource.h>
 
 using basalt::ThreadPool;
@@ -149,6 +151,66 @@ TEST(ThreadPool, NoticesABusyMachineAndStaysCorrect) {
   bool probe = std::ifstream("/proc/thread-self/schedstat").good();
   if (!probe && pool.busy_detections() == 0) GTEST_SKIP() << "no /proc/thread-self/schedstat here";
   EXPECT_GT(pool.busy_detections(), 0u) << "after " << jobs << " jobs";
+}
+
+// On a busy machine the workers are kept off the caller's core (so the scheduler cannot leave
+// the pool's two threads sharing one core while another process has the other), and get every
+// core back once the machine is quiet again. Skipped with fewer than 2 cores or where no busy
+// machine is noticed (no per-thread scheduler statistics).
+TEST(ThreadPool, KeepsWorkersOffTheCallersCoreWhileBusy) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  ASSERT_EQ(sched_getaffinity(0, sizeof all, &all), 0);
+  if (CPU_COUNT(&all) < 2) GTEST_SKIP() << "one core";
+  ThreadPool pool(2, 50);
+  // The worker's affinity mask, read from inside a chunk the worker runs (none if it ran none).
+  auto worker_mask = [&](int* caller_cpu) -> std::optional<cpu_set_t> {
+    for (int attempt = 0; attempt < 50; ++attempt) {
+      std::mutex mu;
+      std::optional<cpu_set_t> got;
+      auto caller = std::this_thread::get_id();
+      *caller_cpu = sched_getcpu();
+      pool.parallel_for(64, 1, [&](int64_t, int64_t) {
+        volatile double acc = 0;
+        for (int k = 0; k < 20000; ++k) acc = acc + double(k);
+        if (std::this_thread::get_id() == caller) return;
+        cpu_set_t m;
+        CPU_ZERO(&m);
+        ASSERT_EQ(sched_getaffinity(0, sizeof m, &m), 0);
+        std::lock_guard<std::mutex> lk(mu);
+        got = m;
+      });
+      if (got) return got;
+    }
+    return std::nullopt;
+  };
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hogs;
+  for (int i = 0; i < CPU_COUNT(&all); ++i)
+    hogs.emplace_back([&] {
+      volatile uint64_t x = 0;
+      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
+    });
+  auto t0 = std::chrono::steady_clock::now();
+  int cpu = -1;
+  while (pool.busy_detections() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) worker_mask(&cpu);
+  std::optional<cpu_set_t> busy;
+  if (pool.busy_detections() > 0) busy = worker_mask(&cpu);
+  stop = true;
+  for (auto& t : hogs) t.join();
+  if (pool.busy_detections() == 0) GTEST_SKIP() << "no busy machine noticed here";
+  ASSERT_TRUE(busy.has_value()) << "the worker ran no chunk in 50 jobs";
+  EXPECT_GT(pool.apart_moves(), 0u);
+  // The caller may have moved between posting the job and reading its core: the worker is off
+  // exactly one of the caller's cores either way.
+  EXPECT_EQ(CPU_COUNT(&*busy), CPU_COUNT(&all) - 1);
+  if (cpu >= 0 && pool.apart_moves() == 1) EXPECT_FALSE(CPU_ISSET(cpu, &*busy));
+  // Quiet again: after the busy mark expires (200 ms), the next job gives the worker every core.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  uint64_t detections = pool.busy_detections();
+  std::optional<cpu_set_t> quiet = worker_mask(&cpu);
+  ASSERT_TRUE(quiet.has_value());
+  if (pool.busy_detections() == detections) EXPECT_TRUE(CPU_EQUAL(&*quiet, &all));
 }
 
 // Kernel workspace slots: with T threads taking and giving back slots as fast as they can, every
