@@ -16,7 +16,7 @@
 //   the run queue (/proc/thread-self/schedstat), or spinning threads found preempted 4 times in
 //   100 ms.
 //   While the machine is busy the workers are also kept off the caller's core (their affinity is
-//   the pool's cores less the one the caller runs on, set again when the caller moves): a worker
+//   the caller's cores less the one it runs on, set again when the caller moves): a worker
 //   woken on a machine with no idle core is often placed on its waker's core, and the scheduler's
 //   balancer then sees 2 | 1 threads on 2 cores as balanced whichever 2 share, so the pool's
 //   threads would share one core while the other process has the other. The workers get the
