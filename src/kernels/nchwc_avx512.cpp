@@ -49,7 +49,11 @@ inline __mmask16 valid_lanes(const ConvArgs& a, int64_t ob) { return first_lanes
 // (F blocks of ys_blk floats apart, P pixels of 16 floats); `first`: start from 0 instead.
 // Kept out of line with only what its loops need, so the accumulators, weights and pixel
 // pointers all stay in registers.
-// pf, pf_lines: cache lines to prefetch into L2 alongside (spread over the taps).
+// nt tiles in a row: tile i reads xp[p] + i * step and writes (and takes the residual at) y +
+// i * step. One call for a run of tiles pays the call and the set-up once: for 1x1 convs with
+// 16-32 input channels that was a fifth of a tile's time (Zen 4, MobileNetV2's 112x112 1x1 convs
+// 0.81 -> 0.65 ms per run, hot microbenchmark 70 -> 86 GFLOP/s).
+// pf, pf_total: cache lines to prefetch into L2 alongside (spread over the tiles and their taps).
 // The last chunk's epilogue, applied in registers before the store.
 struct TileEpilogue {
   const float* bias;      // the tile's first block's 16 channels; F blocks follow
@@ -60,71 +64,86 @@ struct TileEpilogue {
 
 template <int F, int P, bool PLAIN>
 __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t* taps, int64_t ntaps, int nic,
-                                           int64_t xs_ic, const float* w, float* y, int64_t ys_blk, bool first,
-                                           const float* pf, int64_t pf_lines, const TileEpilogue* epi) {
-  __m512 acc[P][F];
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
-#pragma GCC unroll 4
-    for (int f = 0; f < F; ++f) acc[p][f] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + f * ys_blk + p * 16);
-  const float* x[P];
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p) x[p] = xp[p];
-  if (epi && epi->residual) {  // the epilogue's residual lines, in L1 by the time it reads them
-#pragma GCC unroll 4
-    for (int f = 0; f < F; ++f)
-#pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) _mm_prefetch(reinterpret_cast<const char*>(epi->residual + f * ys_blk + p * 16), _MM_HINT_T0);
-  }
-  if constexpr (!PLAIN) nic = 16;
-  for (int64_t t = 0; t < ntaps; ++t, w += 16 * F * 16) {
-    const int64_t off = taps[t];
-    const float* wp = w;
-    if (pf_lines) {  // this tap's share of the lines to prefetch
-      for (int64_t l = t * pf_lines / ntaps, e = (t + 1) * pf_lines / ntaps; l < e; ++l)
-        _mm_prefetch(reinterpret_cast<const char*>(pf + l * 16), _MM_HINT_T1);
+                                           int64_t xs_ic, const float* w0, float* y0, int64_t ys_blk, bool first,
+                                           const float* pf0, int64_t pf_total, const TileEpilogue* epi0, int64_t nt,
+                                           int64_t step) {
+  for (int64_t i = 0; i < nt; ++i) {
+    const float* w = w0;
+    float* y = y0 + i * step;
+    const float* pf = pf0 ? pf0 + (i * pf_total / nt) * 16 : nullptr;
+    const int64_t pf_lines = (i + 1) * pf_total / nt - i * pf_total / nt;
+    TileEpilogue ecopy;
+    const TileEpilogue* epi = nullptr;
+    if (epi0) {
+      ecopy = *epi0;
+      if (ecopy.residual) ecopy.residual += i * step;
+      epi = &ecopy;
     }
+    __m512 acc[P][F];
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
-    for (int ic = 0; ic < nic; ++ic, wp += F * 16) {
+      for (int f = 0; f < F; ++f) acc[p][f] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + f * ys_blk + p * 16);
+    const float* x[P];
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) x[p] = xp[p] + i * step;
+    if (epi && epi->residual) {  // the epilogue's residual lines, in L1 by the time it reads them
+#pragma GCC unroll 4
+      for (int f = 0; f < F; ++f)
+#pragma GCC unroll 16
+        for (int p = 0; p < P; ++p) _mm_prefetch(reinterpret_cast<const char*>(epi->residual + f * ys_blk + p * 16), _MM_HINT_T0);
+    }
+    if constexpr (!PLAIN) nic = 16;
+    for (int64_t t = 0; t < ntaps; ++t, w += 16 * F * 16) {
+      const int64_t off = taps[t];
+      const float* wp = w;
+      if (pf_lines) {  // this tap's share of the lines to prefetch
+        for (int64_t l = t * pf_lines / ntaps, e = (t + 1) * pf_lines / ntaps; l < e; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(pf + l * 16), _MM_HINT_T1);
+      }
+#pragma GCC unroll 4
+      for (int ic = 0; ic < nic; ++ic, wp += F * 16) {
 
-      const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
-      __m512 wv[F];
+        const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
+        __m512 wv[F];
 #pragma GCC unroll 4
-      for (int f = 0; f < F; ++f) wv[f] = _mm512_loadu_ps(wp + f * 16);
+        for (int f = 0; f < F; ++f) wv[f] = _mm512_loadu_ps(wp + f * 16);
 #pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) {
-        const __m512 b = _mm512_set1_ps(x[p][o]);
+        for (int p = 0; p < P; ++p) {
+          const __m512 b = _mm512_set1_ps(x[p][o]);
 #pragma GCC unroll 4
-        for (int f = 0; f < F; ++f) acc[p][f] = _mm512_fmadd_ps(b, wv[f], acc[p][f]);
+          for (int f = 0; f < F; ++f) acc[p][f] = _mm512_fmadd_ps(b, wv[f], acc[p][f]);
+        }
       }
     }
-  }
-  if (epi) {
+    if (epi) {
 #pragma GCC unroll 4
-    for (int f = 0; f < F; ++f) {
-      const __m512 b = _mm512_loadu_ps(epi->bias + f * 16);
-      const __mmask16 lanes = f == F - 1 ? epi->last_lanes : __mmask16(0xFFFF);
+      for (int f = 0; f < F; ++f) {
+        const __m512 b = _mm512_loadu_ps(epi->bias + f * 16);
+        const __mmask16 lanes = f == F - 1 ? epi->last_lanes : __mmask16(0xFFFF);
 #pragma GCC unroll 16
-      for (int p = 0; p < P; ++p) {
-        __m512 v = _mm512_add_ps(acc[p][f], b);
-        if (epi->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(epi->residual + f * ys_blk + p * 16));
-        acc[p][f] = _mm512_maskz_mov_ps(lanes, act_zmm(v, *epi->act));
+        for (int p = 0; p < P; ++p) {
+          __m512 v = _mm512_add_ps(acc[p][f], b);
+          if (epi->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(epi->residual + f * ys_blk + p * 16));
+          acc[p][f] = _mm512_maskz_mov_ps(lanes, act_zmm(v, *epi->act));
+        }
       }
     }
-  }
 #pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
+    for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
-    for (int f = 0; f < F; ++f) _mm512_storeu_ps(y + f * ys_blk + p * 16, acc[p][f]);
+      for (int f = 0; f < F; ++f) _mm512_storeu_ps(y + f * ys_blk + p * 16, acc[p][f]);
+  }
 }
 
 // P consecutive output pixels [pix0, pix0 + P) of the image (they may span rows; pofs: their
 // input offsets) x output blocks [ob, ob + F), input blocks [c0, c1). The input has no padding
 // (conv() copies it into a padded buffer first), so every tap of every pixel is inside it.
-// first: start from 0 (else from y); last: apply the epilogue.
+// first: start from 0 (else from y); last: apply the epilogue. nt > 1: nt such tiles in a row,
+// the pixels' inputs 16 floats apart (the caller checks), so each tile's are P * 16 after the last.
 template <int F, int P, bool PLAIN>
 void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* pofs, int64_t ob, int64_t c0,
-          int64_t c1, bool first, bool last, const float* pf, int64_t pf_lines) {
+          int64_t c1, bool first, bool last, const float* pf, int64_t pf_lines, int64_t nt = 1) {
   const Conv2dShape& s = *a.s;
   const int64_t KK = s.KH * s.KW;
   float* y = a.y + ob * a.ys_blk + pix0 * 16;
@@ -140,7 +159,7 @@ void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* p
     epi.last_lanes = valid_lanes(a, ob + F - 1);
   }
   tile_kernel<F, P, PLAIN>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf, pf_lines,
-                           last ? &epi : nullptr);
+                           last ? &epi : nullptr, nt, P * 16);
 }
 
 template <int F>
@@ -176,6 +195,10 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
     pofs[pix - p0] = oh * s.sh * a.xs_row + ow * s.sw * a.xs_pix;
     if (++ow == s.OW) ow = 0, ++oh;
   }
+  // Output pixels whose inputs are 16 floats apart (1x1, stride 1, no padding: the segment is one
+  // run of the image) run their full tiles in one kernel call.
+  bool linear = true;
+  for (int64_t k = 1; k < p1 - p0 && linear; ++k) linear = pofs[k] - pofs[0] == k * 16;
   for (int64_t c0 = 0; c0 < a.ICB; c0 += chunk) {
     const int64_t c1 = std::min(a.ICB, c0 + chunk);
     const bool first = c0 == 0, last = c1 == a.ICB;
@@ -185,7 +208,17 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
     const float* next = c1 < a.ICB ? a.cw->w.data() + (ob / 4) * a.wblk + c1 * s.KH * s.KW * 16 * F * 16 : nullptr;
     const int64_t next_lines = next ? (std::min(a.ICB, c1 + chunk) - c1) * s.KH * s.KW * F * 16 : 0;
     const int64_t ntiles = (p1 - p0 + PM - 1) / PM;
-    for (int64_t pix = p0, i = 0; pix < p1; pix += PM, ++i) {
+    int64_t pix = p0, i = 0;
+    if (linear) {
+      const int64_t nfull = (p1 - p0) / PM;
+      if (nfull > 0) {
+        const int64_t l1 = nfull * next_lines / ntiles;
+        tile<F, PM, PLAIN>(a, taps, pix, pofs, ob, c0, c1, first, last, next, l1, nfull);
+        pix += nfull * PM;
+        i = nfull;
+      }
+    }
+    for (; pix < p1; pix += PM, ++i) {
       const int64_t l0 = i * next_lines / ntiles, l1 = (i + 1) * next_lines / ntiles;
       tiles_p<F, PM, PLAIN>(a, taps, pix, pofs + (pix - p0), std::min<int64_t>(PM, p1 - pix), ob, c0, c1, first, last,
                             next ? next + l0 * 16 : nullptr, l1 - l0);

@@ -114,6 +114,11 @@ TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
       {1, 17, 17, 11, 13, 5, 1, 1, 2, true, false, false, ActKind::Sigmoid},  // depthwise 5x5
       {1, 130, 70, 7, 7, 1, 2, 1, 0, false, false, false, ActKind::Tanh},   // strided 1x1
       {1, 16, 64, 1, 1, 1, 1, 1, 0, false, false, false, ActKind::HardSwish},  // one pixel
+      // pointwise runs of tiles in one kernel call: 3 input chunks, residual, pixel tails (F = 4,
+      // 437 pixels in segments of 120); F = 2 and F = 3 (8-pixel tiles), batch 2
+      {1, 272, 50, 19, 23, 1, 1, 1, 0, false, false, true, ActKind::Relu},
+      {2, 20, 24, 37, 5, 1, 1, 1, 0, false, false, true, ActKind::Clip},
+      {1, 33, 40, 11, 25, 1, 1, 1, 0, false, false, false, ActKind::None},
   };
   for (const ConvCase& c : cases) check_conv(c, rng);
 }
