@@ -62,19 +62,20 @@ struct TileEpilogue {
   __mmask16 last_lanes;   // channels that exist in the tile's last block
 };
 
-template <int F, int P, bool PLAIN>
+template <int F, int P, bool PLAIN, bool RUN>
 __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t* taps, int64_t ntaps, int nic,
                                            int64_t xs_ic, const float* w0, float* y0, int64_t ys_blk, bool first,
                                            const float* pf0, int64_t pf_total, const TileEpilogue* epi0, int64_t nt,
                                            int64_t step) {
+  if constexpr (!RUN) nt = 1;  // a single tile: no loop (the code of the kernel before runs)
   for (int64_t i = 0; i < nt; ++i) {
     const float* w = w0;
     float* y = y0 + i * step;
     const float* pf = pf0 ? pf0 + (i * pf_total / nt) * 16 : nullptr;
     const int64_t pf_lines = (i + 1) * pf_total / nt - i * pf_total / nt;
     TileEpilogue ecopy;
-    const TileEpilogue* epi = nullptr;
-    if (epi0) {
+    const TileEpilogue* epi = epi0;
+    if (RUN && epi0) {  // this tile's residual
       ecopy = *epi0;
       if (ecopy.residual) ecopy.residual += i * step;
       epi = &ecopy;
@@ -158,8 +159,12 @@ void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* p
     epi.act = a.act;
     epi.last_lanes = valid_lanes(a, ob + F - 1);
   }
-  tile_kernel<F, P, PLAIN>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf, pf_lines,
-                           last ? &epi : nullptr, nt, P * 16);
+  if (nt > 1)
+    tile_kernel<F, P, PLAIN, true>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
+                                   pf_lines, last ? &epi : nullptr, nt, P * 16);
+  else
+    tile_kernel<F, P, PLAIN, false>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
+                                    pf_lines, last ? &epi : nullptr, 1, 0);
 }
 
 template <int F>
