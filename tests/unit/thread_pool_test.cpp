@@ -117,27 +117,50 @@ TEST(ThreadPool, IdleThreadStealsFromAStuckOne) {
   EXPECT_TRUE(stolen);
 }
 
+namespace {
+
+// Threads that keep `n` cores busy from construction until stop() (or destruction): another
+// process's load, as far as the pool can tell.
+struct CoreHogs {
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  explicit CoreHogs(int n) {
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([this] {
+        volatile uint64_t x = 0;
+        while (!done.load(std::memory_order_relaxed)) x = x + 1;
+      });
+  }
+  void stop() {
+    done = true;
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
+  }
+  ~CoreHogs() { stop(); }
+};
+
+// About 20000 dependent additions: a chunk that takes a while.
+void busy_work() {
+  volatile double acc = 0;
+  for (int k = 0; k < 20000; ++k) acc = acc + double(k);
+}
+
+}  // namespace
+
 // A busy machine is noticed: with other threads keeping every core busy, the pool's worker waits
 // in the run queue for much of the time it wants a core, the pool marks the machine busy (no
 // spinning; the caller yields instead of sleeping) and every result stays right. Skipped where the
 // kernel does not give per-thread scheduler statistics and no spinning thread was preempted.
 TEST(ThreadPool, NoticesABusyMachineAndStaysCorrect) {
   ThreadPool pool(2, 50);
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> hogs;
-  for (int i = 0; i < ThreadPool::available_cores(); ++i)
-    hogs.emplace_back([&] {
-      volatile uint64_t x = 0;
-      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
-    });
+  CoreHogs hogs(ThreadPool::available_cores());
   auto t0 = std::chrono::steady_clock::now();
   int64_t jobs = 0;
   while (pool.busy_detections() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) {
     std::vector<int64_t> part(64, 0);
     pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        volatile double acc = 0;
-        for (int k = 0; k < 20000; ++k) acc = acc + double(k);
+        busy_work();
         part[size_t(i)] = i + 1;
       }
     });
@@ -146,8 +169,7 @@ TEST(ThreadPool, NoticesABusyMachineAndStaysCorrect) {
     ASSERT_EQ(sum, 64 * 65 / 2);
     ++jobs;
   }
-  stop = true;
-  for (auto& t : hogs) t.join();
+  hogs.stop();
   bool probe = std::ifstream("/proc/thread-self/schedstat").good();
   if (!probe && pool.busy_detections() == 0) GTEST_SKIP() << "no /proc/thread-self/schedstat here";
   EXPECT_GT(pool.busy_detections(), 0u) << "after " << jobs << " jobs";
@@ -171,8 +193,7 @@ TEST(ThreadPool, KeepsWorkersOffTheCallersCoreWhileBusy) {
       auto caller = std::this_thread::get_id();
       *caller_cpu = sched_getcpu();
       pool.parallel_for(64, 1, [&](int64_t, int64_t) {
-        volatile double acc = 0;
-        for (int k = 0; k < 20000; ++k) acc = acc + double(k);
+        busy_work();
         if (std::this_thread::get_id() == caller) return;
         cpu_set_t m;
         CPU_ZERO(&m);
@@ -184,33 +205,30 @@ TEST(ThreadPool, KeepsWorkersOffTheCallersCoreWhileBusy) {
     }
     return std::nullopt;
   };
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> hogs;
-  for (int i = 0; i < CPU_COUNT(&all); ++i)
-    hogs.emplace_back([&] {
-      volatile uint64_t x = 0;
-      while (!stop.load(std::memory_order_relaxed)) x = x + 1;
-    });
+  CoreHogs hogs(CPU_COUNT(&all));
   auto t0 = std::chrono::steady_clock::now();
   int cpu = -1;
   while (pool.busy_detections() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(3)) worker_mask(&cpu);
   std::optional<cpu_set_t> busy;
   if (pool.busy_detections() > 0) busy = worker_mask(&cpu);
-  stop = true;
-  for (auto& t : hogs) t.join();
+  hogs.stop();
   if (pool.busy_detections() == 0) GTEST_SKIP() << "no busy machine noticed here";
   ASSERT_TRUE(busy.has_value()) << "the worker ran no chunk in 50 jobs";
   EXPECT_GT(pool.apart_moves(), 0u);
   // The caller may have moved between posting the job and reading its core: the worker is off
   // exactly one of the caller's cores either way.
   EXPECT_EQ(CPU_COUNT(&*busy), CPU_COUNT(&all) - 1);
-  if (cpu >= 0 && pool.apart_moves() == 1) EXPECT_FALSE(CPU_ISSET(cpu, &*busy));
+  if (cpu >= 0 && pool.apart_moves() == 1) {
+    EXPECT_FALSE(CPU_ISSET(cpu, &*busy));
+  }
   // Quiet again: after the busy mark expires (200 ms), the next job gives the worker every core.
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   uint64_t detections = pool.busy_detections();
   std::optional<cpu_set_t> quiet = worker_mask(&cpu);
   ASSERT_TRUE(quiet.has_value());
-  if (pool.busy_detections() == detections) EXPECT_TRUE(CPU_EQUAL(&*quiet, &all));
+  if (pool.busy_detections() == detections) {
+    EXPECT_TRUE(CPU_EQUAL(&*quiet, &all));
+  }
 }
 
 // Kernel workspace slots: with T threads taking and giving back slots as fast as they can, every
