@@ -89,10 +89,12 @@ void conv_reference(const ConvWeights& cw, const Conv2dShape& s, const float* x,
                     const Activation& act, float* y);
 
 // Per-ISA entry points (nchwc.cpp = portable, nchwc_avx512.cpp); `conv` etc. dispatch to them.
-void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
-                        const Activation& act, float* y, int64_t task0, int64_t task1);
-void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
-                      const Activation& act, float* y, int64_t task0, int64_t task1);
+// Tasks [task0, task1) of tiling t (conv_tiling of the same cw and s).
+struct ConvTiling;
+void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
+                        const float* residual, const Activation& act, float* y, int64_t task0, int64_t task1);
+void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
+                      const float* residual, const Activation& act, float* y, int64_t task0, int64_t task1);
 // One (image, channel block) of a layout conversion, pixels [p0, p1): xs / ys are the block's
 // first NCHW channel (nc <= 16 of them exist), yb / xb its blocked plane.
 void to_blocked_avx512(const float* xs, int64_t nc, int64_t HW, float* yb, int64_t p0, int64_t p1);
@@ -127,6 +129,7 @@ struct ConvTiling {
     r1 = std::min(rows, r0 + rows_per_task);
   }
 };
-ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s);
+// threads: how many will share the tasks (more, shorter segments when there are few).
+ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s, int threads = 1);
 
 }  // namespace basalt::kernels::nchwc

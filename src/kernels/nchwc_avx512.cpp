@@ -328,9 +328,8 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
 
 }  // namespace
 
-void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
-                      const Activation& act, float* y, int64_t task0, int64_t task1) {
-  const ConvTiling t = conv_tiling(cw, s);
+void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
+                      const float* residual, const Activation& act, float* y, int64_t task0, int64_t task1) {
   if (cw.depthwise) {
     for (int64_t task = task0; task < task1; ++task) {
       int64_t n, cb, r0, r1;

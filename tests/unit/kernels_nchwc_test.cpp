@@ -119,6 +119,10 @@ TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
       {1, 272, 50, 19, 23, 1, 1, 1, 0, false, false, true, ActKind::Relu},
       {2, 20, 24, 37, 5, 1, 1, 1, 0, false, false, true, ActKind::Clip},
       {1, 33, 40, 11, 25, 1, 1, 1, 0, false, false, false, ActKind::None},
+      // few tasks at 2 and 3 threads: the image is cut into shorter segments (a 4-block and a
+      // 2-block group at 7x7; a 3x3 conv with one group)
+      {1, 200, 90, 7, 7, 1, 1, 1, 0, false, false, true, ActKind::Relu},
+      {2, 40, 48, 6, 5, 3, 1, 1, 1, false, false, false, ActKind::Clip},
   };
   for (const ConvCase& c : cases) check_conv(c, rng);
 }
@@ -145,6 +149,32 @@ TEST(NchwcConv, MatchesReferenceOnRandomShapes) {
     c.act = acts[act(rng)];
     check_conv(c, rng);
   }
+}
+
+TEST(NchwcConv, TilingCoversEveryOutputOnce) {
+  // Every (image, output block group, pixel) in exactly one task, whatever the thread count;
+  // with several threads, at least 4 tasks a thread where the image has the pixels for it.
+  for (int64_t M : {16, 90, 320})
+    for (int64_t hw : {1, 3, 7, 14, 56})
+      for (int64_t N : {1, 2})
+        for (int threads : {1, 2, 3, 8}) {
+          Conv2dShape s;
+          s.N = N, s.C = 64, s.M = M, s.H = s.W = s.OH = s.OW = hw;
+          nc::ConvWeights cw;
+          cw.s = s;
+          const nc::ConvTiling t = nc::conv_tiling(cw, s, threads);
+          ASSERT_LE(t.row_len, 120);
+          std::vector<int> seen(size_t(N * t.groups * hw * hw), 0);
+          for (int64_t task = 0; task < t.tasks(N); ++task) {
+            int64_t n, g, r0, r1;
+            t.decode(task, n, g, r0, r1);
+            for (int64_t p = r0 * t.row_len; p < std::min(r1 * t.row_len, hw * hw); ++p) ++seen[size_t((n * t.groups + g) * hw * hw + p)];
+          }
+          const std::string what = "M" + std::to_string(M) + " " + std::to_string(hw) + "x" + std::to_string(hw) + " N" +
+                                   std::to_string(N) + " threads " + std::to_string(threads);
+          for (int v : seen) ASSERT_EQ(v, 1) << what;
+          if (threads > 1 && N * t.groups * hw * hw >= 4 * threads * 12) EXPECT_GE(t.tasks(N), 4 * threads) << what;
+        }
 }
 
 TEST(NchwcConv, SupportedShapes) {
