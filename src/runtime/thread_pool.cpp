@@ -269,13 +269,19 @@ void ThreadPool::worker_main(int index) {
 // sched_getcpu, and only a change of state or of the caller's core makes system calls.
 void ThreadPool::keep_apart(int64_t now) {
   int here = machine_busy(now) ? sched_getcpu() : -1;
-  if (here == apart_from_) return;
+  if (here < 0) apart_denied_ = -1;  // quiet: the next busy spell looks at the affinity again
+  // (a caller whose affinity left no room on this core is not asked again per job)
+  if (here == apart_from_ || (here >= 0 && here == apart_denied_)) return;
   cpu_set_t mask;
   CPU_ZERO(&mask);
   if (sched_getaffinity(0, sizeof mask, &mask) != 0) return;
   // Apart only where the workers still have a core each.
-  if (here >= 0 && CPU_ISSET(here, &mask) && CPU_COUNT(&mask) >= threads_) CPU_CLR(here, &mask);
-  else here = -1;
+  if (here >= 0 && CPU_ISSET(here, &mask) && CPU_COUNT(&mask) >= threads_) {
+    CPU_CLR(here, &mask);
+  } else {
+    if (here >= 0) apart_denied_ = here;
+    here = -1;
+  }
   if (here == apart_from_) return;
   for (int i = 1; i < threads_; ++i) {
     int tid = tids_[i].load(std::memory_order_relaxed);

@@ -88,6 +88,7 @@ class ThreadPool {
   std::unique_ptr<Part[]> parts_;        // one per thread, reused by every job
   std::unique_ptr<std::atomic<int>[]> tids_;  // the workers' thread ids (0 until a worker starts)
   int apart_from_ = -1;                  // the core the workers are kept off, or -1 (caller_mu_)
+  int apart_denied_ = -1;                // a core the caller ran on while busy where its affinity left no room (caller_mu_)
   std::mutex caller_mu_;                 // one parallel_for owns the workers at a time
   std::atomic<uint32_t> epoch_{0};       // bumped to wake workers for a new job (futex word)
   std::atomic<int> sleepers_{0};         // workers asleep on epoch_ (wake only when > 0)
