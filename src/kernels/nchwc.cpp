@@ -87,11 +87,12 @@ ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s, int threads)
   // again, from cache. Hot microbenchmark at 2 threads, best of 2000 runs, three alternating
   // processes: W96x576 @14x14 0.117-0.127 -> 0.101-0.112 ms, W160x960 @7x7 0.084-0.085 ->
   // 0.079-0.082, W320x960 @7x7 0.164-0.166 -> 0.140-0.153.
-  if (threads > 1 && s.N * t.groups * ((P + t.row_len - 1) / t.row_len) < 4 * threads) {
+  t.rows = (P + t.row_len - 1) / t.row_len;
+  if (threads > 1 && s.N * t.groups * t.rows < 4 * threads) {
     nseg = std::min<int64_t>((4 * threads + s.N * t.groups - 1) / (s.N * t.groups), std::max<int64_t>(1, P / 12));
     t.row_len = (P + nseg - 1) / nseg;
+    t.rows = (P + t.row_len - 1) / t.row_len;
   }
-  t.rows = (P + t.row_len - 1) / t.row_len;
   t.rows_per_task = 1;
   return t;
 }
