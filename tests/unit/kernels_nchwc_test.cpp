@@ -123,6 +123,12 @@ TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
       // 2-block group at 7x7; a 3x3 conv with one group)
       {1, 200, 90, 7, 7, 1, 1, 1, 0, false, false, true, ActKind::Relu},
       {2, 40, 48, 6, 5, 3, 1, 1, 1, false, false, false, ActKind::Clip},
+      // depthwise 3x3 rows that load each input once (dw_tile_k3): full 8-pixel tiles and every
+      // shorter tail, stride 1 and 2, with and without padding, residual
+      {1, 35, 35, 6, 29, 3, 1, 1, 1, true, false, true, ActKind::Clip},
+      {1, 20, 20, 5, 30, 3, 1, 1, 0, true, false, false, ActKind::HardSwish},
+      {2, 33, 33, 7, 41, 3, 2, 1, 1, true, false, true, ActKind::Relu},
+      {1, 16, 16, 9, 36, 3, 2, 1, 0, true, false, false, ActKind::None},
   };
   for (const ConvCase& c : cases) check_conv(c, rng);
 }
