@@ -51,6 +51,10 @@ def node_class(op, ins, out):
         # with counts above 8 rounded up to 16
         w = [(d + 15) // 16 * 16 if isinstance(d, int) and d > 8 else d for d in ins[1][:2]] + ins[1][2:]
         return f"Conv W{'x'.join(map(str, w))} @{ins[0][2]}x{ins[0][3]}"
+    if base == "MatMul" and ins and ins[0] and 0 < len(out) <= 3:
+        # by K (the first input's last dim) too: BERT's projections share their output shape. (ORT's
+        # profile leaves out prepacked weights, so K is taken from the activation on both sides.)
+        return f"MatMul K{ins[0][-1]} -> {'x'.join(map(str, out))}"
     hw = f" @{out[2]}x{out[3]}" if len(out) >= 4 else (f" -> {'x'.join(map(str, out))}" if out else "")
     return base + hw
 
