@@ -5,6 +5,10 @@
 //   (rows past M are zero). B is packed into panels of `nr` columns: panel q holds op(B)[k, q*nr + c]
 //   at [q*K*nr + k*nr + c] (columns past N are zero). Any K range of a panel is contiguous, so one
 //   packing serves every K blocking.
+// - Where the ISA has a plain-A microkernel (AVX-512), a non-transposed A that is not packed
+//   already is read in place instead: its 6 rows are 6 sequential streams, which the hardware
+//   prefetchers follow, and the call skips a pass over A (for M=128 rows against a 768-column B,
+//   packing A was 8-10% of the call at 2 threads).
 // - A register-blocked microkernel per ISA computes an mr x nr tile of C from one A panel and one
 //   B panel over a K block (AVX-512: 6x64 in 24 zmm accumulators; AVX2: 6x16; portable: 4x16).
 // - The driver tiles C into blocks handed out dynamically by parallel_for, loops K in blocks of
@@ -80,6 +84,10 @@ struct GemmArch {
   bool reads_plain_b;   // the microkernel can read B in place (GemmOperand::in_place)
   // Applies `ep` to the m x n tile at c, whose element (0,0) is C's (row0, col0).
   void (*epilogue)(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);
+  // ukernel reading A in place (may be null): row i of the tile at a + i * lda, k contiguous, so
+  // a plain row-major op(A) needs no packing (sgemm then skips packing a non-transposed A).
+  void (*ukernel_plain_a)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
+                          int m, int n, bool accumulate, const float* pf_b, const TileEpilogue* te) = nullptr;
 };
 
 // The microkernel set of `isa`. The caller must only pick ISAs the CPU supports (best_isa() and
@@ -141,6 +149,8 @@ void sgemm_reference(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
 // Microkernels per ISA (defined in gemm_avx512.cpp / gemm_avx2.cpp; call only on CPUs that have them).
 void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
                           bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te);
+void sgemm_ukernel_plain_a_avx512(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                                  int64_t ldc, int m, int n, bool accumulate, const float* pf_b, const TileEpilogue* te);
 void sgemm_ukernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
                         bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te);
 // Epilogue over an m x n tile, compiled per ISA so the activations vectorize.

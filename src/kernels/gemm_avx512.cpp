@@ -13,10 +13,11 @@ namespace {
 
 constexpr int MR = 6, NR = 64;
 
-template <int R, int NV>
-void tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
-          const float* pf_a,
-          const float* pf_b, const TileEpilogue* te) {
+// PLAIN: a is op(A) itself, row-major with row stride lda (rows r of the tile at a + r * lda, k
+// contiguous); otherwise a packed panel (a[k * MR + r]) and lda is unused.
+template <int R, int NV, bool PLAIN>
+void tile(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int n,
+          bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te) {
   __m512 s[R][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
@@ -39,11 +40,11 @@ void tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int
     }
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
-      __m512 av = _mm512_set1_ps(a[r]);
+      __m512 av = _mm512_set1_ps(PLAIN ? a[r * lda] : a[r]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) s[r][v] = _mm512_fmadd_ps(av, bv[v], s[r][v]);
     }
-    a += MR;
+    a += PLAIN ? 1 : MR;
     b += ldb;
   }
 #pragma GCC unroll 8
@@ -65,31 +66,40 @@ void tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int
     }
 }
 
-template <int R>
-void tile_rows(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int n, bool accumulate,
-               const float* pf_a,
-               const float* pf_b, const TileEpilogue* te) {
+template <int R, bool PLAIN>
+void tile_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int n,
+               bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te) {
   switch ((n + 15) / 16) {
-    case 1: tile<R, 1>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-    case 2: tile<R, 2>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-    case 3: tile<R, 3>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-    default: tile<R, 4>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 1: tile<R, 1, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 2: tile<R, 2, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 3: tile<R, 3, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    default: tile<R, 4, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+  }
+}
+
+template <bool PLAIN>
+void ukernel_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc, int m,
+                  int n, bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te) {
+  switch (m) {
+    case 1: tile_rows<1, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 2: tile_rows<2, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 3: tile_rows<3, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 4: tile_rows<4, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    case 5: tile_rows<5, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
+    default: tile_rows<6, PLAIN>(kc, a, lda, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
   }
 }
 
 }  // namespace
 
 void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
-                          bool accumulate,
-                          const float* pf_a, const float* pf_b, const TileEpilogue* te) {
-  switch (m) {
-    case 1: tile_rows<1>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-    case 2: tile_rows<2>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-    case 3: tile_rows<3>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-    case 4: tile_rows<4>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-    case 5: tile_rows<5>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-    default: tile_rows<6>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te); break;
-  }
+                          bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te) {
+  ukernel_rows<false>(kc, a, 0, b, ldb, c, ldc, m, n, accumulate, pf_a, pf_b, te);
+}
+
+void sgemm_ukernel_plain_a_avx512(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+                                  int64_t ldc, int m, int n, bool accumulate, const float* pf_b, const TileEpilogue* te) {
+  ukernel_rows<true>(kc, a, lda, b, ldb, c, ldc, m, n, accumulate, nullptr, pf_b, te);
 }
 
 #define EPILOGUE_TILE_NAME epilogue_tile_avx512

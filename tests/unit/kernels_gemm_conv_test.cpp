@@ -229,6 +229,51 @@ TEST(KernelsGemm, PlainBInPlaceMatchesReference) {
   }
 }
 
+// A plain, not transposed, with a row stride past K (a sub-matrix): the AVX-512 kernel reads it in
+// place (GemmArch::ukernel_plain_a), the others pack it. The last row of A ends exactly at the end
+// of the vector, so a read past a row's K columns of the last rows would be caught by ASan.
+TEST(KernelsGemm, PlainAWithRowStrideMatchesReference) {
+  std::mt19937 rng(9);
+  auto ps = pools();
+  for (k::Isa isa : isas()) {
+    const k::GemmArch& g = k::gemm_arch(isa);
+    for (int iter = 0; iter < 12; ++iter) {
+      int64_t M = 1 + int64_t(rng() % 40), N = 1 + int64_t(rng() % 150), K = 1 + int64_t(rng() % (iter % 3 ? 60 : 400));
+      int64_t lda = K + int64_t(rng() % 3) * 5;
+      auto A = rnd((M - 1) * lda + K, rng), B = rnd(K * N, rng), bias = rnd(N, rng), res = rnd(M * N, rng);
+      k::Epilogue ep;
+      ep.col_bias = bias.data();
+      ep.residual = iter % 2 ? res.data() : nullptr;
+      ep.ldr = N;
+      k::parse_activation(iter % 4 == 1 ? "Tanh" : "Relu", {}, ep.act, nullptr);  // Tanh: the unfused epilogue
+      std::vector<float> want(static_cast<size_t>(M * N)), absum(static_cast<size_t>(M * N));
+      k::sgemm_reference(M, N, K, A.data(), lda, false, B.data(), N, false, want.data(), N, ep);
+      std::vector<float> aa(A.size()), bb(B.size());
+      for (size_t i = 0; i < A.size(); ++i) aa[i] = std::fabs(A[i]);
+      for (size_t i = 0; i < B.size(); ++i) bb[i] = std::fabs(B[i]);
+      k::sgemm_reference(M, N, K, aa.data(), lda, false, bb.data(), N, false, absum.data(), N, k::Epilogue{});
+      k::PackedMatrix pb = k::pack_b_matrix(g, K, N, B.data(), N, false);
+      for (int b_packed = 0; b_packed < 2; ++b_packed)
+        for (auto& pool : ps) {
+          k::GemmOperand oa, ob;
+          oa.data = A.data();
+          oa.ld = lda;
+          ob.data = B.data();
+          ob.ld = N;
+          if (b_packed) ob.packed = pb.data.data();
+          std::vector<float> ws(static_cast<size_t>(k::sgemm_workspace_floats(g, M, N, K, false, b_packed)) + 16);
+          std::vector<float> got(static_cast<size_t>(M * N), std::nanf(""));
+          k::sgemm(g, M, N, K, oa, ob, got.data(), N, ep, pool.get(), ws.data());
+          expect_close(got, want, absum,
+                       std::string(k::isa_name(isa)) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                           " K=" + std::to_string(K) + " lda=" + std::to_string(lda) + " threads=" +
+                           std::to_string(pool ? pool->threads() : 1) + " b_packed=" + std::to_string(b_packed));
+          if (HasFatalFailure()) return;
+        }
+    }
+  }
+}
+
 TEST(KernelsGemm, ActivationParsing) {
   k::Activation a;
   std::string err;
