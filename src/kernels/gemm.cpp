@@ -260,6 +260,10 @@ void sgemm(const GemmArch& g, int64_t M, int64_t N, int64_t K, const GemmOperand
             // the A sliver of the next call (the next panel, or the first one again)
             const float* anext = !prefetch_a ? nullptr : pm + 1 < pm1 ? ap + K * g.mr : pa + pm0 * K * g.mr + k0 * g.mr;
             const float* bpf = bnext && pm - pm0 < bnext_calls ? bnext + (pm - pm0) * kc * 16 : nullptr;
+            auto ukernel = [&](const TileEpilogue* tep) {
+              if (a_in_place) g.ukernel_plain_a(kc, ap, A.ld, bp, ldb, c, ldc, m, n, acc, bpf, tep);
+              else g.ukernel(kc, ap, bp, ldb, c, ldc, m, n, acc, anext, bpf, tep);
+            };
             if (last && fuse) {
               TileEpilogue te;
               te.alpha = ep.alpha;
@@ -268,11 +272,9 @@ void sgemm(const GemmArch& g, int64_t M, int64_t N, int64_t K, const GemmOperand
               te.residual = ep.residual ? ep.residual + pm * g.mr * ep.ldr + pn * g.nr : nullptr;
               te.ldr = ep.ldr;
               te.act = ep.act;
-              if (a_in_place) g.ukernel_plain_a(kc, ap, A.ld, bp, ldb, c, ldc, m, n, acc, bpf, &te);
-              else g.ukernel(kc, ap, bp, ldb, c, ldc, m, n, acc, anext, bpf, &te);
+              ukernel(&te);
             } else {
-              if (a_in_place) g.ukernel_plain_a(kc, ap, A.ld, bp, ldb, c, ldc, m, n, acc, bpf, nullptr);
-              else g.ukernel(kc, ap, bp, ldb, c, ldc, m, n, acc, anext, bpf, nullptr);
+              ukernel(nullptr);
               if (last && epi) g.epilogue(c, ldc, m, n, pm * g.mr, pn * g.nr, ep);
             }
           }

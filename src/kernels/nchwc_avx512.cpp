@@ -109,7 +109,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
       // 266-278 us, SqueezeNet's 395-413 -> 373-395, ResNet-50's 7x7 1541-1615 -> 1526-1616.
       auto channels = [&]<int KN>() {
         const int n = KN ? KN : nic;
-#pragma GCC unroll 16
+#pragma GCC unroll 4
         for (int ic = 0; ic < n; ++ic, wp += F * 16) {
           const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
           __m512 wv[F];
@@ -303,9 +303,8 @@ void dw_tile(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias
 // stride 2: C144@56 51 -> 44, C96@112 199 -> 196 (bound by reading its 4.8 MB input). MobileNetV2
 // (basalt bench, median of 200, four alternating processes): 1 thread 6.18-6.46 -> 6.11-6.41 ms,
 // 2 threads 3.72-3.83 -> 3.53-3.68 ms.
-template <int SW, int... I>
-inline void dw_row_k3(const float* xp, __m512 w0, __m512 w1, __m512 w2, __m512* acc, std::integer_sequence<int, I...>) {
-  constexpr int P = sizeof...(I);
+template <int P, int SW>
+inline void dw_row_k3(const float* xp, __m512 w0, __m512 w1, __m512 w2, __m512* acc) {
   auto tap = [&]<int i>() {
     const __m512 v = _mm512_loadu_ps(xp + i * 16);
     if constexpr (i % SW == 0 && i / SW < P) acc[i / SW] = _mm512_fmadd_ps(v, w0, acc[i / SW]);
@@ -324,8 +323,8 @@ void dw_tile_k3(const Conv2dShape& s, const float* xb, const float* wb, __m512 b
   for (int p = 0; p < P; ++p) acc[p] = bias;
   for (int64_t kh = kh0; kh < kh1; ++kh) {
     const float* xp = xb + ((oh * s.sh - s.pt + kh * s.dh) * s.W + ow0 * SW - s.pl) * 16;
-    dw_row_k3<SW>(xp, _mm512_loadu_ps(wb + kh * 48), _mm512_loadu_ps(wb + kh * 48 + 16),
-                  _mm512_loadu_ps(wb + kh * 48 + 32), acc, std::make_integer_sequence<int, P>{});
+    dw_row_k3<P, SW>(xp, _mm512_loadu_ps(wb + kh * 48), _mm512_loadu_ps(wb + kh * 48 + 16),
+                     _mm512_loadu_ps(wb + kh * 48 + 32), acc);
   }
   dw_store<P>(s, acc, rb, act, lanes, yb, oh, ow0);
 }
