@@ -3,6 +3,7 @@
 // nchwc_avx512.cpp.
 #include "kernels/nchwc.hpp"
 
+#include "kernels/winograd.hpp"
 #include "runtime/thread_pool.hpp"
 
 #include <algorithm>
@@ -14,6 +15,12 @@ namespace basalt::kernels::nchwc {
 bool conv_supported(const Conv2dShape& s, bool plain_input) {
   if (s.G == 1) return true;
   return !plain_input && s.G == s.C && s.M == s.C;
+}
+
+int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
+  if (plain_input || s.G != 1 || s.KH != 3 || s.KW != 3 || s.sh != 1 || s.sw != 1 || s.dh != 1 || s.dw != 1) return 0;
+  if (std::min(s.C, s.M) < 64 && s.M >= 64) return 0;
+  return winograd_choose_tile(s, image_pixels);
 }
 
 ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, bool plain_input) {

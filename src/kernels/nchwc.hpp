@@ -59,6 +59,13 @@ inline int64_t dense_w_index(const Conv2dShape& s, int64_t m, int64_t c, int64_t
 bool conv_supported(const Conv2dShape& s, bool plain_input);
 ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, bool plain_input);
 
+// The Winograd tile (kernels/winograd.hpp, blocked layout) a blocked conv of shape `s` runs with,
+// 0 = the direct kernels here. image_pixels: H*W when known at load, else -1. Winograd where it
+// beats the direct blocked kernel: wide 3x3 stride-1 convs (64 -> 64 at 56x56: 1.04 vs 1.66 ms)
+// and those with few outputs (32 -> 16 at 256x256: 4.0 vs 6.2 ms), not narrow inputs with many
+// outputs (16 -> 64 at 55x55: 0.45 vs 0.38 ms); and at the image sizes winograd_choose_tile picks.
+int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels);
+
 // Workspace floats conv() needs for sizes `s`: a padded copy of the input when a dense conv pads
 // (0 otherwise).
 int64_t conv_workspace_floats(const ConvWeights& cw, const Conv2dShape& s);

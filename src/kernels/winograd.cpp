@@ -48,10 +48,21 @@ int64_t msub_rows(const GemmArch& g, int64_t M) {
 
 float* align64(float* p) { return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63)); }
 
+// Blocked layout: output channels per pass, a whole number of B panels and of 16-channel blocks.
+int64_t msub_cols(const GemmArch& g, int64_t M) {
+  const int64_t unit = std::max<int64_t>(g.nr, 16);  // (nr is 16 or 64: a multiple of 16 or 16 itself)
+  return std::min(round_up(M, unit), std::max<int64_t>(unit, 128 / unit * unit));
+}
+
 // Floats of one job's workspace slot: V, the products and the transform scratch (+ alignment).
+// The same for both layouts: the larger of each part (blocked: V rows padded to whole channel
+// blocks, no scratch, but A packed per product where the arch cannot read it in place).
 int64_t slot_floats(const GemmArch& g, const Conv2dShape& s, int tile) {
   const int64_t A = tile + 2, T = winograd_block_tiles(g);
-  return A * A * s.C * T + A * A * msub_rows(g, s.M) * T + winograd_scratch_floats(tile, g.nr) + 3 * 16;
+  const int64_t v = A * A * round_up(s.C, 16) * T, o = A * A * std::max(msub_rows(g, s.M), msub_cols(g, s.M)) * T;
+  const int64_t scratch = std::max(winograd_scratch_floats(tile, g.nr),
+                                   sgemm_workspace_floats(g, T, msub_cols(g, s.M), s.C, false, true));
+  return v + o + scratch + 3 * 16;
 }
 
 int slot_count(int threads) { return threads > kMaxSlots ? 1 : std::max(threads, 1); }
@@ -94,13 +105,14 @@ int64_t winograd_scratch_floats(int tile, int nr) {
   return std::max(LW + A * LW + A * A * LT, (MT * A + MT * MT + MT) * LT) + 16;
 }
 
-WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, const float* w, int tile) {
+WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, const float* w, int tile, bool blocked) {
   if (tile != 2 && tile != 4) throw std::invalid_argument("winograd_pack_weights: tile must be 2 or 4");
   WinogradWeights u;
   u.arch = &g;
   u.tile = tile;
   u.M = s.M;
   u.C = s.C;
+  u.blocked = blocked;
   const int A = tile + 2;
   const int64_t M = s.M, C = s.C, mf = u.matrix_floats(), mp = (M + g.mr - 1) / g.mr;
   std::vector<float> plain(static_cast<size_t>(A * A * M * C));  // [ξ][m][c]
@@ -122,7 +134,12 @@ WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, c
         }
     }
   u.data.reset(static_cast<size_t>(A * A * mf));
-  for (int xi = 0; xi < A * A; ++xi) pack_a(g, M, C, plain.data() + xi * M * C, C, false, u.data.data() + xi * mf, 0, mp);
+  for (int xi = 0; xi < A * A; ++xi) {
+    if (blocked)  // U[ξ]ᵀ [C x M]: U[ξ] [M x C] read transposed
+      pack_b(g, C, M, plain.data() + xi * M * C, C, true, u.data.data() + xi * mf, 0, (M + g.nr - 1) / g.nr);
+    else
+      pack_a(g, M, C, plain.data() + xi * M * C, C, false, u.data.data() + xi * mf, 0, mp);
+  }
   return u;
 }
 
@@ -172,12 +189,12 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
     }
   }
   auto block = [&](int64_t blk) {
-    if (bpt == 0) return WinogradBlock{&s, MT, blk * T, std::min(T, tiles - blk * T), g.nr, 0, C};
+    if (bpt == 0) return WinogradBlock{&s, MT, blk * T, std::min(T, tiles - blk * T), g.nr, 0, C, u.blocked};
     const int64_t p = blk / bpt, k = blk % bpt;
     const int64_t u0 = units * p / threads, u1 = units * (p + 1) / threads;
     const int64_t t0 = std::min(tiles, 16 * (u0 + (u1 - u0) * k / bpt));
     const int64_t t1 = std::min(tiles, 16 * (u0 + (u1 - u0) * (k + 1) / bpt));
-    return WinogradBlock{&s, MT, t0, t1 - t0, g.nr, 0, C};
+    return WinogradBlock{&s, MT, t0, t1 - t0, g.nr, 0, C, u.blocked};
   };
   // Slot sl's areas: V, the products, the transform scratch.
   auto v_of = [&](int sl) { return align64(workspace + sl * slot); };
@@ -208,6 +225,77 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
     }
     slots.release(sl);
   };
+  if (u.blocked) {
+    // V[ξ]ᵀ rows of round_up(C, 16) floats (whole channel blocks), Out[ξ]ᵀ rows of msb columns.
+    const int64_t ldv = round_up(C, 16), vs = ldv * T, msb = msub_cols(g, M), os = msb * T;
+    const int64_t unit = std::max<int64_t>(g.nr, 16), mpb = (M + unit - 1) / unit;
+    auto bv_of = [&](int sl) { return align64(workspace + sl * slot); };
+    auto bo_of = [&](int sl) { return align64(bv_of(sl) + AA * vs); };
+    auto gemm_ws_of = [&](int sl) { return align64(bo_of(sl) + AA * os); };
+    // Products and output transform of tiles [ta, tb) of block b (V at v), channels [ma, mb).
+    auto products_b = [&](const WinogradBlock& b, const float* v, int64_t ta, int64_t tb, int64_t ma, int64_t mb,
+                          int sl) {
+      WinogradBlock sb = b;
+      sb.t0 = b.t0 + ta;
+      sb.nt = tb - ta;
+      float* o = bo_of(sl);
+      for (int64_t m0 = ma; m0 < mb; m0 += msb) {
+        const int64_t m1 = std::min(mb, m0 + msb);
+        for (int xi = 0; xi < AA; ++xi) {
+          GemmOperand pa, pb;
+          pa.data = v + xi * vs + ta * ldv;
+          pa.ld = ldv;
+          pb.packed = u.data.data() + xi * mf + m0 * C;  // m0 is a whole number of nr-column panels
+          sgemm(g, sb.nt, m1 - m0, C, pa, pb, o + xi * os, msb, Epilogue{}, nullptr, gemm_ws_of(sl));
+        }
+        output(sb, o, os, msb, m0, m1, bias, residual, act, y, nullptr);
+      }
+    };
+    if (threads > 1 && nblocks <= threads) {
+      // Few blocks: block b's V lives in slot b. The input transforms split by tiles; the
+      // products by output channels (each part streams its share of U) and, where there are too
+      // few panels of them, by tiles too (whole A slivers of mr rows).
+      const int64_t want = (2 * threads + nblocks - 1) / nblocks;
+      parallel_for(pool, nblocks * want, 1, [&](int64_t j0, int64_t j1) {
+        for (int64_t j = j0; j < j1; ++j) {
+          const WinogradBlock b = block(j / want);
+          const int64_t part = j % want, ta = b.nt * part / want, tb = b.nt * (part + 1) / want;
+          if (ta == tb) continue;
+          WinogradBlock sb = b;
+          sb.t0 += ta;
+          sb.nt = tb - ta;
+          input(sb, x, bv_of(int(j / want)) + ta * ldv, vs, nullptr);
+        }
+      });
+      const int64_t mparts = std::min(mpb, want);
+      const int64_t tparts = std::min((T + g.mr - 1) / g.mr, (want + mparts - 1) / mparts);
+      parallel_for(pool, nblocks * mparts * tparts, 1, [&](int64_t j0, int64_t j1) {
+        with_slot([&](int sl) {
+          for (int64_t j = j0; j < j1; ++j) {
+            const int64_t blk = j / (mparts * tparts), mpart = j / tparts % mparts, tpart = j % tparts;
+            const WinogradBlock b = block(blk);
+            const int64_t slivers = (b.nt + g.mr - 1) / g.mr;
+            const int64_t ta = std::min(b.nt, slivers * tpart / tparts * g.mr);
+            const int64_t tb = std::min(b.nt, slivers * (tpart + 1) / tparts * g.mr);
+            const int64_t ma = mpb * mpart / mparts * unit, mb = std::min(M, mpb * (mpart + 1) / mparts * unit);
+            if (ta < tb && ma < mb) products_b(b, bv_of(int(blk)), ta, tb, ma, mb, sl);
+          }
+        });
+      });
+      return;
+    }
+    parallel_for(pool, nblocks, 1, [&](int64_t j0, int64_t j1) {
+      with_slot([&](int sl) {
+        for (int64_t j = j0; j < j1; ++j) {
+          const WinogradBlock b = block(j);
+          if (b.nt == 0) continue;
+          input(b, x, bv_of(sl), vs, nullptr);
+          products_b(b, bv_of(sl), 0, b.nt, 0, M, sl);
+        }
+      });
+    });
+    return;
+  }
   if (threads > 1 && nblocks <= threads) {
     // Few blocks: block b's V lives in slot b. First every block's input transform, split by
     // input channels; then its products and output transform, split by output channels (a

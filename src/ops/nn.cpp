@@ -2574,18 +2574,30 @@ class NchwcConvKernel final : public OpKernel {
     s.KW = w->dim(3);
     if (has_b && b->numel() != s.M) pc.node.fail(ErrorCode::InvalidModel, "B must have " + std::to_string(s.M) + " elements");
     if (!kernels::nchwc::conv_supported(s, plain_)) pc.node.fail(ErrorCode::Unsupported, "NchwcConv: unsupported group");
-    cw_ = kernels::nchwc::pack_conv(s, w->data<float>(), has_b ? b->data<float>() : nullptr, plain_);
     wshape_ = w->shape();
+    if (a_.strides.size() == 2) s.sh = a_.strides[0], s.sw = a_.strides[1];
+    if (a_.dilations.size() == 2) s.dh = a_.dilations[0], s.dw = a_.dilations[1];
+    // 3x3 stride-1 convs where Winograd pays: transformed weights for its blocked layout. The
+    // image size, when the model fixes it, decides (see kernels::nchwc::winograd_tile).
+    const Shape* xs = pc.shape.size() > 0 ? pc.shape[0] : nullptr;
+    const int64_t pixels = xs && xs->size() == 5 ? (*xs)[2] * (*xs)[3] : -1;
+    if (int tile = kernels::nchwc::winograd_tile(s, plain_, pixels)) {
+      wino_ = kernels::winograd_pack_weights(kernels::gemm_arch_best(), s, w->data<float>(), tile, true);
+      wino_s_ = s;
+      if (has_b) wino_bias_.assign(b->data<float>(), b->data<float>() + s.M);
+      return;
+    }
+    cw_ = kernels::nchwc::pack_conv(s, w->data<float>(), has_b ? b->data<float>() : nullptr, plain_);
   }
-  size_t packed_bytes() const override { return cw_.bytes(); }
+  size_t packed_bytes() const override { return cw_.bytes() + wino_.bytes() + wino_bias_.size() * sizeof(float); }
   bool replaces_constant(int input) const override { return input == 1 || input == 2; }
 
   void compute(KernelContext& ctx) const override {
     const Tensor& X = ctx.input(0);
-    if (cw_.w.empty()) ctx.fail(ErrorCode::Internal, "NchwcConv was not prepared");
+    if (cw_.w.empty() && !wino_.tile) ctx.fail(ErrorCode::Internal, "NchwcConv was not prepared");
     if (ctx.has_input(1) && ctx.input(1).shape() != wshape_)
       ctx.fail(ErrorCode::InvalidArgument, "W was fed with shape " + shape_str(ctx.input(1).shape()) + ", packed " + shape_str(wshape_));
-    kernels::Conv2dShape s = cw_.s;
+    kernels::Conv2dShape s = wino_.tile ? wino_s_ : cw_.s;
     if (plain_) {
       if (X.dtype() != DType::Float) unsupported_dtype(ctx, 0, X.dtype());
       if (X.rank() != 4 || X.dim(1) != s.C)
@@ -2607,11 +2619,23 @@ class NchwcConvKernel final : public OpKernel {
       res = Z.data<float>();
     }
     Tensor& y = ctx.output_uninit(0, DType::Float, ys);
+    if (wino_.tile) {
+      const kernels::GemmArch& arch = kernels::gemm_arch_best();
+      const int threads = ctx.pool() ? ctx.pool()->threads() : 1;
+      float* ws = static_cast<float*>(
+          ctx.workspace(size_t(kernels::winograd_workspace_floats(arch, s, wino_.tile, threads)) * sizeof(float) + 128));
+      kernels::conv2d_winograd(arch, s, X.data<float>(), wino_, wino_bias_.empty() ? nullptr : wino_bias_.data(), res,
+                               act_, y.data<float>(), ctx.pool(), ws);
+      return;
+    }
     const int64_t wsf = kernels::nchwc::conv_workspace_floats(cw_, s);
     float* ws = wsf ? static_cast<float*>(ctx.workspace(size_t(wsf) * sizeof(float))) : nullptr;
     kernels::nchwc::conv(kernels::best_isa(), cw_, s, X.data<float>(), res, act_, y.data<float>(), ctx.pool(), ws);
   }
-  size_t workspace_bytes(std::span<const Shape> in, int) const override {
+  size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
+    if (wino_.tile)  // (independent of the image size)
+      return size_t(kernels::winograd_workspace_floats(kernels::gemm_arch_best(), wino_s_, wino_.tile, threads)) *
+                 sizeof(float) + 128;
     if (in.empty() || cw_.w.empty() || in[0].size() != (plain_ ? 4u : 5u)) return 0;
     kernels::Conv2dShape s = cw_.s;
     s.N = in[0][0];
@@ -2627,7 +2651,10 @@ class NchwcConvKernel final : public OpKernel {
   int64_t group_;
   kernels::Activation act_;
   bool plain_;
-  kernels::nchwc::ConvWeights cw_;
+  kernels::nchwc::ConvWeights cw_;  // the direct kernels' weights, or
+  kernels::WinogradWeights wino_;   // Winograd's (tile != 0), with the conv's shape and bias
+  kernels::Conv2dShape wino_s_;
+  std::vector<float> wino_bias_;
   Shape wshape_;
 };
 

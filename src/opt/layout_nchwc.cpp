@@ -6,8 +6,8 @@
 //   Conv / basalt::FusedConv (2-D, float, constant W and B, group 1 or depthwise, explicit pads)
 //       -> basalt::NchwcConv; its input is blocked when the producer's output is, plain NCHW for
 //          an input with few channels (<= 8: the first conv), else a basalt::ReorderToNchwc
-//          in front. Convs that Winograd would run (3x3, stride 1, large images) stay NCHW: there
-//          the Winograd kernel is faster than the direct blocked one.
+//          in front. Convs that Winograd runs (3x3, stride 1, large images) run it on the blocked
+//          tensors (kernels::nchwc::winograd_tile), so they no longer end a chain.
 //   MaxPool / AveragePool (2-D, blocked input, no indices) -> basalt::NchwcMaxPool / NchwcAveragePool
 //   GlobalAveragePool / GlobalMaxPool (blocked input) -> basalt::NchwcGlobalAveragePool / ...MaxPool
 //       with an NCHW output (the chain ends there without a reorder)
@@ -119,16 +119,6 @@ void layout_nchwc(PassContext& ctx) {
         continue;
       }
       if (input_blocked && channels[size_t(n.inputs[0])] != s.C) continue;  // malformed: leave to the kernel
-      Shape xs;
-      int64_t pixels = st.get(n.inputs[0], xs) && xs.size() == 4 ? xs[2] * xs[3] : -1;
-      // Winograd beats the direct blocked kernel on wide 3x3 convs (64 -> 64 at 56x56: 1.04 vs
-      // 1.66 ms) and on those with few outputs (32 -> 16 at 256x256: 4.0 vs 6.2 ms), not on
-      // narrow inputs with many outputs (16 -> 64 at 55x55: 0.45 vs 0.38 ms)
-      if (s.G == 1 && s.KH == 3 && s.KW == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 &&
-          (std::min(s.C, s.M) >= 64 || s.M < 64) && kernels::winograd_choose_tile(s, pixels) != 0) {
-        reject(n, "3x3 conv left to Winograd");
-        continue;
-      }
       kind[i] = 1;
       plain_input[i] = plain;
       is_conv[i] = 1;

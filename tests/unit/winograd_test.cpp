@@ -67,6 +67,38 @@ double max_rel_error(const std::vector<float>& got, const std::vector<float>& wa
   return worst;
 }
 
+// want = the direct reference conv; absum = sum |w*x| behind each output (the error scale).
+void reference_with_absum(const k::Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
+                          const float* bias, const float* resid, const k::Activation& act, std::vector<float>& want,
+                          std::vector<float>& absum) {
+  const size_t ysz = static_cast<size_t>(s.N * s.M * s.OH * s.OW);
+  want.assign(ysz, 0.f);
+  absum.assign(ysz, 0.f);
+  k::conv2d_reference(s, x.data(), w.data(), bias, resid, act, want.data());
+  std::vector<float> xa(x.size()), wa(w.size());
+  for (size_t i = 0; i < x.size(); ++i) xa[i] = std::fabs(x[i]);
+  for (size_t i = 0; i < w.size(); ++i) wa[i] = std::fabs(w[i]);
+  k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
+}
+
+// Shapes that reach every path of the driver and the transforms.
+std::vector<Case> odd_cases() {
+  return {
+      {1, 16, 8, 8, 16, 1, 1, 1, 1},      // exact tiles (F4: 2x2 tiles)
+      {1, 17, 9, 11, 19, 1, 1, 1, 1},     // partial tiles right and bottom, C/M off the vector width
+      {2, 16, 13, 7, 33, 0, 0, 0, 0},     // no padding, N = 2, tiles spanning images in one block
+      {1, 20, 5, 70, 18, 1, 1, 1, 1},     // wide rows: segments split at B panels
+      {1, 16, 3, 3, 16, 1, 1, 1, 1},      // output of a single (partial) tile
+      {1, 24, 1, 9, 20, 1, 1, 1, 1},      // one input row
+      {1, 16, 10, 12, 21, 2, 0, 1, 2},    // asymmetric padding, 2 on one side
+      {1, 35, 30, 30, 150, 1, 1, 1, 1},   // M beyond one output-channel pass (128 rows)
+      {3, 16, 17, 17, 16, 1, 1, 1, 1},    // several blocks of 64 tiles
+      {1, 64, 18, 18, 70, 1, 1, 1, 1},    // K = C = 64
+      {1, 16, 56, 56, 16, 1, 1, 1, 1},    // 196 tiles: at 2 threads blocks balanced per thread (48+48 | 48+52)
+      {3, 16, 30, 30, 20, 1, 1, 1, 1},    // 192 tiles over 3 images, balanced blocks crossing images
+  };
+}
+
 }  // namespace
 
 TEST(Winograd, Applicability) {
@@ -109,20 +141,7 @@ TEST(Winograd, Applicability) {
 }
 
 TEST(Winograd, MatchesReferenceOnOddShapes) {
-  const std::vector<Case> cases = {
-      {1, 16, 8, 8, 16, 1, 1, 1, 1},      // exact tiles (F4: 2x2 tiles)
-      {1, 17, 9, 11, 19, 1, 1, 1, 1},     // partial tiles right and bottom, C/M off the vector width
-      {2, 16, 13, 7, 33, 0, 0, 0, 0},     // no padding, N = 2, tiles spanning images in one block
-      {1, 20, 5, 70, 18, 1, 1, 1, 1},     // wide rows: segments split at B panels
-      {1, 16, 3, 3, 16, 1, 1, 1, 1},      // output of a single (partial) tile
-      {1, 24, 1, 9, 20, 1, 1, 1, 1},      // one input row
-      {1, 16, 10, 12, 21, 2, 0, 1, 2},    // asymmetric padding, 2 on one side
-      {1, 35, 30, 30, 150, 1, 1, 1, 1},   // M beyond one output-channel pass (128 rows)
-      {3, 16, 17, 17, 16, 1, 1, 1, 1},    // several blocks of 64 tiles
-      {1, 64, 18, 18, 70, 1, 1, 1, 1},    // K = C = 64
-      {1, 16, 56, 56, 16, 1, 1, 1, 1},    // 196 tiles: at 2 threads blocks balanced per thread (48+48 | 48+52)
-      {3, 16, 30, 30, 20, 1, 1, 1, 1},    // 192 tiles over 3 images, balanced blocks crossing images
-  };
+  const std::vector<Case> cases = odd_cases();
   std::mt19937 rng(5);
   const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
   int idx = 0;
@@ -135,14 +154,8 @@ TEST(Winograd, MatchesReferenceOnOddShapes) {
     const k::Activation act = act_of(idx);
     const float* bias = idx % 2 ? b.data() : nullptr;
     const float* resid = idx % 3 == 1 ? res.data() : nullptr;
-    std::vector<float> want(static_cast<size_t>(ysz)), absum(static_cast<size_t>(ysz));
-    k::conv2d_reference(s, x.data(), w.data(), bias, resid, act, want.data());
-    {
-      std::vector<float> xa(x.size()), wa(w.size());
-      for (size_t i = 0; i < x.size(); ++i) xa[i] = std::fabs(x[i]);
-      for (size_t i = 0; i < w.size(); ++i) wa[i] = std::fabs(w[i]);
-      k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
-    }
+    std::vector<float> want, absum;
+    reference_with_absum(s, x, w, bias, resid, act, want, absum);
     for (int tile : {2, 4}) {
       // F(4x4, 3x3) rounds more (constants up to 8 and 1/24; measured up to 2.4e-6), F(2x2, 3x3)
       // like a direct conv (measured up to 1.3e-7)
@@ -162,6 +175,71 @@ TEST(Winograd, MatchesReferenceOnOddShapes) {
               << "case " << idx << ": wrote past the workspace";
           const double err = max_rel_error(got, want, absum);
           EXPECT_LE(err, tol) << "case " << idx << " F(" << tile << "x" << tile << ",3x3) isa " << k::isa_name(isa)
+                              << " threads " << threads;
+        }
+      }
+    }
+    ++idx;
+  }
+}
+
+// The blocked layout ([N, CB, H, W, 16], weights packed with blocked = true) on the same cases:
+// every output channel matches the reference, padding lanes of the last block are 0, and the
+// workspace is the NCHW one.
+TEST(Winograd, BlockedMatchesReferenceOnOddShapes) {
+  std::vector<Case> cases = odd_cases();
+  cases.push_back({1, 64, 28, 28, 64, 1, 1, 1, 1});   // one block of 49 tiles: few-blocks split by tiles at 2-3 threads
+  cases.push_back({1, 40, 14, 14, 136, 1, 1, 1, 1});  // few blocks, output channels in parts
+  // NCHW [N, C, H, W] <-> blocked [N, CB, H, W, 16]
+  auto to_blocked = [](const std::vector<float>& v, int64_t N, int64_t C, int64_t HW) {
+    const int64_t CB = (C + 15) / 16;
+    std::vector<float> b(static_cast<size_t>(N * CB * HW * 16), 0.f);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t p = 0; p < HW; ++p) b[size_t(((n * CB + c / 16) * HW + p) * 16 + c % 16)] = v[size_t((n * C + c) * HW + p)];
+    return b;
+  };
+  std::mt19937 rng(15);
+  const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
+  int idx = 0;
+  for (const Case& c : cases) {
+    const k::Conv2dShape s = shape_of(c);
+    ASSERT_TRUE(k::winograd_applicable(s));
+    auto x = rnd(s.N * s.C * s.H * s.W, rng), w = rnd(s.M * s.C * 9, rng), b = rnd(s.M, rng);
+    const int64_t OHW = s.OH * s.OW, ysz = s.N * s.M * OHW, OB = (s.M + 15) / 16;
+    auto res = rnd(ysz, rng);
+    const k::Activation act = act_of(idx + 1);
+    const float* bias = idx % 2 ? nullptr : b.data();
+    const float* resid = idx % 3 == 0 ? res.data() : nullptr;
+    std::vector<float> want, absum;
+    reference_with_absum(s, x, w, bias, resid, act, want, absum);
+    const std::vector<float> xb = to_blocked(x, s.N, s.C, s.H * s.W), rb = to_blocked(res, s.N, s.M, OHW);
+    for (int tile : {2, 4}) {
+      const double tol = tile == 4 ? 1e-5 : 1e-6;
+      for (k::Isa isa : isas()) {
+        const k::GemmArch& g = k::gemm_arch(isa);
+        const k::WinogradWeights u = k::winograd_pack_weights(g, s, w.data(), tile, true);
+        ASSERT_TRUE(u.blocked);
+        for (auto& pool : pools) {
+          const int threads = pool ? pool->threads() : 1;
+          const size_t wsz = static_cast<size_t>(k::winograd_workspace_floats(g, s, tile, threads));
+          std::vector<float> ws(wsz + 64, 12345.f);
+          std::vector<float> got(static_cast<size_t>(s.N * OB * OHW * 16), std::nanf(""));
+          k::conv2d_winograd(g, s, xb.data(), u, bias, resid ? rb.data() : nullptr, act, got.data(), pool.get(), ws.data());
+          EXPECT_TRUE(std::all_of(ws.begin() + long(wsz), ws.end(), [](float f) { return f == 12345.f; }))
+              << "case " << idx << ": wrote past the workspace";
+          std::vector<float> plain(static_cast<size_t>(ysz));
+          bool pad_zero = true;
+          for (int64_t n = 0; n < s.N; ++n)
+            for (int64_t m = 0; m < OB * 16; ++m)
+              for (int64_t p = 0; p < OHW; ++p) {
+                const float v = got[size_t(((n * OB + m / 16) * OHW + p) * 16 + m % 16)];
+                if (m < s.M) plain[size_t((n * s.M + m) * OHW + p)] = v;
+                else pad_zero = pad_zero && v == 0.f;
+              }
+          EXPECT_TRUE(pad_zero) << "case " << idx << ": padding lanes not 0";
+          const double err = max_rel_error(plain, want, absum);
+          EXPECT_LE(err, tol) << "case " << idx << " blocked F(" << tile << "x" << tile << ",3x3) isa " << k::isa_name(isa)
                               << " threads " << threads;
         }
       }
