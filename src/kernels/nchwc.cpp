@@ -17,10 +17,21 @@ bool conv_supported(const Conv2dShape& s, bool plain_input) {
   return !plain_input && s.G == s.C && s.M == s.C;
 }
 
-int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
+namespace {
+// The Winograd tile for a conv of a blocked chain (0 = the direct kernel wins).
+int chain_winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
   if (plain_input || s.G != 1 || s.KH != 3 || s.KW != 3 || s.sh != 1 || s.sw != 1 || s.dh != 1 || s.dw != 1) return 0;
   if (std::min(s.C, s.M) < 64 && s.M >= 64) return 0;
   return winograd_choose_tile(s, image_pixels);
+}
+}  // namespace
+
+int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
+  return std::min(s.C, s.M) >= 64 ? chain_winograd_tile(s, plain_input, image_pixels) : 0;
+}
+
+bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
+  return std::min(s.C, s.M) < 64 && chain_winograd_tile(s, plain_input, image_pixels) != 0;
 }
 
 ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, bool plain_input) {

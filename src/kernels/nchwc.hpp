@@ -59,12 +59,19 @@ inline int64_t dense_w_index(const Conv2dShape& s, int64_t m, int64_t c, int64_t
 bool conv_supported(const Conv2dShape& s, bool plain_input);
 ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, bool plain_input);
 
-// The Winograd tile (kernels/winograd.hpp, blocked layout) a blocked conv of shape `s` runs with,
-// 0 = the direct kernels here. image_pixels: H*W when known at load, else -1. Winograd where it
-// beats the direct blocked kernel: wide 3x3 stride-1 convs (64 -> 64 at 56x56: 1.04 vs 1.66 ms)
-// and those with few outputs (32 -> 16 at 256x256: 4.0 vs 6.2 ms), not narrow inputs with many
-// outputs (16 -> 64 at 55x55: 0.45 vs 0.38 ms); and at the image sizes winograd_choose_tile picks.
+// Where a conv of a blocked chain runs (image_pixels: H*W when known at load, else -1).
+// Winograd (at the image sizes winograd_choose_tile picks) beats the direct blocked kernel on wide
+// 3x3 stride-1 convs (64 -> 64 at 56x56: 1.04 vs 1.66 ms) and on those with few outputs (32 -> 16
+// at 256x256: 4.0 vs 6.2 ms), not on narrow inputs with many outputs (16 -> 64 at 55x55: 0.45 vs
+// 0.38 ms). Its blocked form (kernels/winograd.hpp) pays from 64 input and 64 output channels:
+// ResNet-50, 1 thread, against NCHW Winograd and the reorders around it, 64 -> 64 at 56x56 6.10
+// -> 5.79 ms and 128 -> 128 at 28x28 5.69 -> 4.73 ms (+ 1.2 ms of reorders gone); with fewer its
+// products are narrow GEMMs (N = M columns of 64-wide panels, K = C) and it is slower (UNet-lite:
+// 32 -> 16 at 256x256 16.7 -> 24.7 ms, 32 -> 32 at 128x128 3.3 -> 4.8 ms).
+// winograd_tile: the tile of blocked Winograd for `s` (0 = not that); nchw_winograd: true when
+// `s` is better run in NCHW by Winograd, out of the chain.
 int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels);
+bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels);
 
 // Workspace floats conv() needs for sizes `s`: a padded copy of the input when a dense conv pads
 // (0 otherwise).

@@ -6,8 +6,9 @@
 //   Conv / basalt::FusedConv (2-D, float, constant W and B, group 1 or depthwise, explicit pads)
 //       -> basalt::NchwcConv; its input is blocked when the producer's output is, plain NCHW for
 //          an input with few channels (<= 8: the first conv), else a basalt::ReorderToNchwc
-//          in front. Convs that Winograd runs (3x3, stride 1, large images) run it on the blocked
-//          tensors (kernels::nchwc::winograd_tile), so they no longer end a chain.
+//          in front. 3x3 stride-1 convs that Winograd wins run it on the blocked tensors from 64
+//          input and output channels (kernels::nchwc::winograd_tile); narrower ones stay NCHW
+//          (nchw_winograd), where Winograd is faster.
 //   MaxPool / AveragePool (2-D, blocked input, no indices) -> basalt::NchwcMaxPool / NchwcAveragePool
 //   GlobalAveragePool / GlobalMaxPool (blocked input) -> basalt::NchwcGlobalAveragePool / ...MaxPool
 //       with an NCHW output (the chain ends there without a reorder)
@@ -119,6 +120,12 @@ void layout_nchwc(PassContext& ctx) {
         continue;
       }
       if (input_blocked && channels[size_t(n.inputs[0])] != s.C) continue;  // malformed: leave to the kernel
+      Shape xs;
+      const int64_t pixels = st.get(n.inputs[0], xs) && xs.size() == 4 ? xs[2] * xs[3] : -1;
+      if (kernels::nchwc::nchw_winograd(s, plain, pixels)) {
+        reject(n, "3x3 conv left to Winograd in NCHW (fewer than 64 channels)");
+        continue;
+      }
       kind[i] = 1;
       plain_input[i] = plain;
       is_conv[i] = 1;
