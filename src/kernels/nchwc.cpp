@@ -27,7 +27,15 @@ int chain_winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pi
 }  // namespace
 
 int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
-  return std::min(s.C, s.M) >= 64 ? chain_winograd_tile(s, plain_input, image_pixels) : 0;
+  if (std::min(s.C, s.M) < 64) return 0;
+  if (image_pixels >= 100 && image_pixels < 400) {
+    // 10x10 to 19x19 images, where Winograd in NCHW lost to the direct kernels: on blocked tensors
+    // F(2x2) wins (ResNet-50's six 256 -> 256 convs at 14x14, 1 thread: 13.76 -> 10.18 ms).
+    // BASALT_WINOGRAD still decides where it is set (0 = off, 2 / 4 = that tile).
+    const int t = chain_winograd_tile(s, plain_input, 400);
+    return t == 0 ? 0 : winograd_choose_tile(s, image_pixels) != 0 ? t : 2;
+  }
+  return chain_winograd_tile(s, plain_input, image_pixels);
 }
 
 bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {

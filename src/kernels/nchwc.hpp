@@ -68,8 +68,9 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
 // -> 5.79 ms and 128 -> 128 at 28x28 5.69 -> 4.73 ms (+ 1.2 ms of reorders gone); with fewer its
 // products are narrow GEMMs (N = M columns of 64-wide panels, K = C) and it is slower (UNet-lite:
 // 32 -> 16 at 256x256 16.7 -> 24.7 ms, 32 -> 32 at 128x128 3.3 -> 4.8 ms).
-// winograd_tile: the tile of blocked Winograd for `s` (0 = not that); nchw_winograd: true when
-// `s` is better run in NCHW by Winograd, out of the chain.
+// At 10x10 to 19x19 images, where NCHW Winograd loses to the direct kernels, blocked F(2x2) wins
+// (ResNet-50's 256 -> 256 at 14x14). winograd_tile: the tile of blocked Winograd for `s` (0 = not
+// that); nchw_winograd: true when `s` is better run in NCHW by Winograd, out of the chain.
 int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels);
 bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels);
 

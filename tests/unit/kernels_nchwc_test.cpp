@@ -199,6 +199,32 @@ TEST(NchwcConv, SupportedShapes) {
   EXPECT_FALSE(nc::conv_supported(s, false));
 }
 
+// Where a conv of a blocked chain runs (winograd_tile / nchw_winograd), on ResNet-50's, UNet's
+// and SqueezeNet's shapes (BASALT_WINOGRAD must not be set for this test).
+TEST(NchwcConv, WinogradRouting) {
+  auto shape = [](int64_t C, int64_t M, int64_t k, int64_t stride) {
+    Conv2dShape s;
+    s.C = C;
+    s.M = M;
+    s.KH = s.KW = k;
+    s.sh = s.sw = stride;
+    return s;
+  };
+  EXPECT_EQ(nc::winograd_tile(shape(64, 64, 3, 1), false, 56 * 56), 4);
+  EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 1), false, 28 * 28), 4);
+  EXPECT_EQ(nc::winograd_tile(shape(256, 256, 3, 1), false, 14 * 14), 2);  // blocked F(2x2) from 10x10
+  EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 7 * 7), 0);    // direct
+  EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 2), false, 56 * 56), 0);  // stride 2: direct
+  EXPECT_EQ(nc::winograd_tile(shape(64, 64, 1, 1), false, 56 * 56), 0);
+  for (int64_t px : {int64_t(56 * 56), int64_t(14 * 14), int64_t(7 * 7)}) EXPECT_FALSE(nc::nchw_winograd(shape(64, 64, 3, 1), false, px));
+  // fewer than 64 channels: Winograd in NCHW where it wins, else the direct blocked kernel
+  EXPECT_EQ(nc::winograd_tile(shape(32, 16, 3, 1), false, 256 * 256), 0);
+  EXPECT_TRUE(nc::nchw_winograd(shape(32, 16, 3, 1), false, 256 * 256));
+  EXPECT_FALSE(nc::nchw_winograd(shape(16, 64, 3, 1), false, 55 * 55));  // narrow input, many outputs
+  EXPECT_EQ(nc::winograd_tile(shape(16, 64, 3, 1), false, 55 * 55), 0);
+  EXPECT_FALSE(nc::nchw_winograd(shape(32, 16, 3, 1), false, 13 * 13));
+}
+
 TEST(NchwcLayout, RoundTripAndPaddingZeros) {
   // Every ISA's conversions against the blocked indexing, at pixel counts with and without a
   // 16-pixel tail and across work items (1024 pixels), on 1, 2 and 3 threads.
