@@ -332,6 +332,9 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
       {1, 3, 6, 35, 3, 3, 3, 3, 1, 1, 1, 1, 0, 1, 2, 0},       // depthwise 3x3, asymmetric pads
       {1, 2, 1, 18, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},       // depthwise 3x3, one input row
       {1, 4, 9, 40, 4, 4, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},       // depthwise 3x3 stride 1 dilation 2
+      {1, 5, 14, 14, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},      // depthwise 3x3 at 14x14 (8 + 6 columns)
+      {1, 5, 14, 14, 5, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},      // depthwise 3x3 stride 2 to 7x7 (one partial block)
+      {1, 3, 7, 7, 3, 3, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},        // depthwise 5x5 on a 7x7 plane
       {1, 64, 20, 20, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // 400 outputs in two column chunks (K = 576)
       {1, 16, 10, 15, 9, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},     // pointwise, 150 outputs: 3 panels, the last partial
       {1, 6, 31, 29, 10, 1, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     // stride 2 im2col over several panels, padding both sides
