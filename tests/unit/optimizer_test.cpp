@@ -901,6 +901,38 @@ TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
   EXPECT_EQ(count_ops(*ext->model().graph, "NchwcConv"), 0);
 }
 
+// 3x3 stride-1 convs with 64+ channels run Winograd on the blocked tensors (F(4x4) at 24x24,
+// F(2x2) at 12x12, 72 output channels: a partial last block), inside the chain: no reorder
+// anywhere, and the outputs match the unoptimized model (NCHW Winograd and im2col there).
+TEST(OptimizerLayout, WinogradConvsStayInTheChain) {
+  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  Builder b;
+  b.input("X", {1, 3, 24, 24});
+  b.init("W0", random_tensor({64, 3, 3, 3}, 1));
+  b.init("W1", random_tensor({64, 64, 3, 3}, 2, -0.2f, 0.2f));
+  b.init("B1", random_tensor({64}, 3));
+  b.init("W2", random_tensor({72, 64, 3, 3}, 4, -0.2f, 0.2f));
+  b.init("W3", random_tensor({64, 72, 3, 3}, 5, -0.2f, 0.2f));
+  b.init("B3", random_tensor({64}, 6));
+  const Ints pad1{1, 1, 1, 1};
+  b.node("Conv", {"X", "W0"}, {"c0"}, {attr("pads", pad1)});  // plain-input stem
+  b.node("Conv", {"c0", "W1", "B1"}, {"c1"}, {attr("pads", pad1)});
+  b.node("Relu", {"c1"}, {"r1"});
+  b.node("Add", {"r1", "c0"}, {"a1"});
+  b.node("Conv", {"a1", "W2"}, {"c2"}, {attr("pads", pad1)});
+  b.node("MaxPool", {"c2"}, {"p2"}, {attr("kernel_shape", Ints{2, 2}), attr("strides", Ints{2, 2})});
+  b.node("Conv", {"p2", "W3", "B3"}, {"c3"}, {attr("pads", pad1)});
+  b.node("GlobalAveragePool", {"c3"}, {"Y"});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 3);
+  const Graph& g = *s->model().graph;
+  EXPECT_EQ(count_ops(g, "NchwcConv"), 4);
+  EXPECT_EQ(count_ops(g, "ReorderToNchwc"), 0);
+  EXPECT_EQ(count_ops(g, "ReorderFromNchwc"), 0);
+  expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 24, 24}, 9)}});
+}
+
 // An input whose channel count the model leaves open: 24 channels instead of the 20 the first conv
 // takes fill the same two blocks, and must still be an error naming the mismatch (not a result).
 TEST(OptimizerLayout, WrongChannelCountIsAnError) {
