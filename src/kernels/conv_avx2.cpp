@@ -77,6 +77,9 @@ inline __m256 even_lanes(__m256 lo, __m256 hi) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
+constexpr int kMaxTaps = 49;              // kernels with more taps take the generic loops
+constexpr int kMaxRows = kMaxTaps / 3;    // kernel rows of a 3-, 5- or 7-wide kernel within them
+
 // One plane, KW and the stride at compile time: output row by output row, 8 columns at a time,
 // one accumulator per block over every tap. Rows in the padding read a zero row.
 template <int KW, int SW>
@@ -85,11 +88,11 @@ void dw_plane(const Conv2dShape& s, const float* xc, const __m256* wz, const Col
   const int64_t H = s.H, W = s.W, OW = s.OW, KH = s.KH;
   const int tail = int(OW - (cb.nblk - 1) * 8);
   const __m256i tail_mask = lanes_inside(0, tail, 8);
-  std::vector<const float*> rows(static_cast<size_t>(KH));
+  const float* rows[kMaxRows];  // (KH * KW <= 49 with KW >= 3)
   for (int64_t oh = 0; oh < s.OH; ++oh) {
     for (int64_t kh = 0; kh < KH; ++kh) {
       const int64_t ih = oh * s.sh - s.pt + kh * s.dh;
-      rows[size_t(kh)] = ih >= 0 && ih < H ? xc + ih * W : zero_row;
+      rows[kh] = ih >= 0 && ih < H ? xc + ih * W : zero_row;
     }
     float* yr = yc + oh * OW;
     for (int64_t b = 0; b < cb.nblk; ++b) {
@@ -99,7 +102,7 @@ void dw_plane(const Conv2dShape& s, const float* xc, const __m256* wz, const Col
       const bool full = cb.full[size_t(b)] != 0;
       __m256 acc = _mm256_setzero_ps();
       for (int64_t kh = 0; kh < KH; ++kh) {
-        const float* row = rows[size_t(kh)];
+        const float* row = rows[kh];
         const __m256* wk = wz + kh * KW;
 #pragma GCC unroll 8
         for (int kw = 0; kw < KW; ++kw) {
@@ -125,7 +128,6 @@ void dw_plane(const Conv2dShape& s, const float* xc, const __m256* wz, const Col
 
 void conv_depthwise_planes_avx2(const Conv2dShape& s, const float* x, const float* w, const float* bias,
                                 const float* residual, const Activation& act, float* y, int64_t c0, int64_t c1) {
-  constexpr int kMaxTaps = 49;
   auto plane = s.sw == 1 ? (s.KW == 3 ? dw_plane<3, 1> : s.KW == 5 ? dw_plane<5, 1> : s.KW == 7 ? dw_plane<7, 1> : nullptr)
                : s.sw == 2 ? (s.KW == 3 ? dw_plane<3, 2> : s.KW == 5 ? dw_plane<5, 2> : s.KW == 7 ? dw_plane<7, 2> : nullptr)
                            : nullptr;

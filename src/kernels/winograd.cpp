@@ -229,15 +229,19 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
     // V[ξ]ᵀ rows of round_up(C, 16) floats (whole channel blocks), Out[ξ]ᵀ rows of msb columns.
     const int64_t ldv = round_up(C, 16), vs = ldv * T, msb = msub_cols(g, M), os = msb * T;
     const int64_t unit = std::max<int64_t>(g.nr, 16), mpb = (M + unit - 1) / unit;
-    auto bv_of = [&](int sl) { return align64(workspace + sl * slot); };
-    auto bo_of = [&](int sl) { return align64(bv_of(sl) + AA * vs); };
+    // Slot sl's areas: V as in the NCHW form (v_of), then these products and the GEMM's A packing.
+    auto bo_of = [&](int sl) { return align64(v_of(sl) + AA * vs); };
     auto gemm_ws_of = [&](int sl) { return align64(bo_of(sl) + AA * os); };
+    // Tiles [ta, tb) of block b.
+    auto sub_block = [](WinogradBlock b, int64_t ta, int64_t tb) {
+      b.t0 += ta;
+      b.nt = tb - ta;
+      return b;
+    };
     // Products and output transform of tiles [ta, tb) of block b (V at v), channels [ma, mb).
     auto products_b = [&](const WinogradBlock& b, const float* v, int64_t ta, int64_t tb, int64_t ma, int64_t mb,
                           int sl) {
-      WinogradBlock sb = b;
-      sb.t0 = b.t0 + ta;
-      sb.nt = tb - ta;
+      const WinogradBlock sb = sub_block(b, ta, tb);
       float* o = bo_of(sl);
       for (int64_t m0 = ma; m0 < mb; m0 += msb) {
         const int64_t m1 = std::min(mb, m0 + msb);
@@ -260,11 +264,7 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
         for (int64_t j = j0; j < j1; ++j) {
           const WinogradBlock b = block(j / want);
           const int64_t part = j % want, ta = b.nt * part / want, tb = b.nt * (part + 1) / want;
-          if (ta == tb) continue;
-          WinogradBlock sb = b;
-          sb.t0 += ta;
-          sb.nt = tb - ta;
-          input(sb, x, bv_of(int(j / want)) + ta * ldv, vs, nullptr);
+          if (ta < tb) input(sub_block(b, ta, tb), x, v_of(int(j / want)) + ta * ldv, vs, nullptr);
         }
       });
       const int64_t mparts = std::min(mpb, want);
@@ -278,7 +278,7 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
             const int64_t ta = std::min(b.nt, slivers * tpart / tparts * g.mr);
             const int64_t tb = std::min(b.nt, slivers * (tpart + 1) / tparts * g.mr);
             const int64_t ma = mpb * mpart / mparts * unit, mb = std::min(M, mpb * (mpart + 1) / mparts * unit);
-            if (ta < tb && ma < mb) products_b(b, bv_of(int(blk)), ta, tb, ma, mb, sl);
+            if (ta < tb && ma < mb) products_b(b, v_of(int(blk)), ta, tb, ma, mb, sl);
           }
         });
       });
@@ -289,8 +289,8 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
         for (int64_t j = j0; j < j1; ++j) {
           const WinogradBlock b = block(j);
           if (b.nt == 0) continue;
-          input(b, x, bv_of(sl), vs, nullptr);
-          products_b(b, bv_of(sl), 0, b.nt, 0, M, sl);
+          input(b, x, v_of(sl), vs, nullptr);
+          products_b(b, v_of(sl), 0, b.nt, 0, M, sl);
         }
       });
     });

@@ -82,9 +82,9 @@ int64_t winograd_workspace_floats(const GemmArch& g, const Conv2dShape& s, int t
 
 // y[N, M, OH, OW] = act(conv(x, w) + bias[m] + residual) with `u` from winograd_pack_weights
 // (same arch as g). bias / residual may be null. With u.blocked, x, residual and y are blocked
-// tensors ([N, CB, H, W, 16], [N, OB, OH, OW, 16]) and y's padding channels are written as 0. Requires winograd_applicable(s). Runs on `pool`
-// (null = inline); `workspace` holds winograd_workspace_floats(g, s, u.tile, pool's threads)
-// floats.
+// tensors ([N, CB, H, W, 16], [N, OB, OH, OW, 16]) and y's padding channels are written as 0.
+// Requires winograd_applicable(s). Runs on `pool` (null = inline); `workspace` holds
+// winograd_workspace_floats(g, s, u.tile, pool's threads) floats.
 void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, const WinogradWeights& u,
                      const float* bias, const float* residual, const Activation& act, float* y, ThreadPool* pool,
                      float* workspace);
