@@ -7,6 +7,7 @@
 #include "runtime/thread_pool.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -26,8 +27,12 @@ int chain_winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pi
 }
 }  // namespace
 
+// Blocked Winograd's products are GEMMs of K = C rows by N = M columns (64-wide B panels): they
+// pay from 64 input channels and 32 outputs (DenseNet's 128 -> 32 convs).
+static bool blocked_winograd_channels(const Conv2dShape& s) { return s.C >= 64 && s.M >= 32; }
+
 int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
-  if (std::min(s.C, s.M) < 64) return 0;
+  if (!blocked_winograd_channels(s)) return 0;
   if (image_pixels >= 100 && image_pixels < 400) {
     // 10x10 to 19x19 images, where Winograd in NCHW lost to the direct kernels: on blocked tensors
     // F(2x2) wins (ResNet-50's six 256 -> 256 convs at 14x14, 1 thread: 13.76 -> 10.18 ms).
@@ -39,7 +44,7 @@ int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) 
 }
 
 bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
-  return std::min(s.C, s.M) < 64 && chain_winograd_tile(s, plain_input, image_pixels) != 0;
+  return !blocked_winograd_channels(s) && chain_winograd_tile(s, plain_input, image_pixels) != 0;
 }
 
 ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, bool plain_input) {
@@ -403,6 +408,33 @@ void global_pool(Isa isa, bool avg, const float* x, int64_t N, int64_t C, int64_
           else if (v > acc[l]) acc[l] = v;
         }
       for (int64_t l = 0; l < nc; ++l) y[n * C + cb * 16 + l] = avg ? acc[l] / float(HW) : acc[l];
+    }
+  });
+}
+
+void scale_shift(Isa isa, const float* x, const float* scale, const float* shift, const Activation& act, float* y,
+                 int64_t N, int64_t CB, int64_t HW, ThreadPool* pool) {
+  if (int(isa) > int(best_isa())) isa = best_isa();
+  // Items: runs of up to kRun pixels of one plane; a chunk takes about kRun pixels (several small
+  // planes at once: DenseNet's 7x7 ones are 49 pixels).
+  constexpr int64_t kRun = 2048;
+  const int64_t run = std::max<int64_t>(1, std::min(HW, kRun)), runs = (HW + run - 1) / run;
+  parallel_for(pool, N * CB * runs, std::max<int64_t>(1, kRun / run), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / runs, p0 = i % runs * run, p1 = std::min(HW, p0 + run), cb = b % CB;
+      const float* sc = scale + cb * 16;
+      const float* sh = shift + cb * 16;
+#if defined(__x86_64__)
+      if (isa == Isa::Avx512) {
+        scale_shift_avx512(x + b * HW * 16, sc, sh, act, y + b * HW * 16, p0, p1);
+        continue;
+      }
+#endif
+      for (int64_t p = p0; p < p1; ++p)
+        for (int64_t l = 0; l < 16; ++l) {
+          const int64_t k = (b * HW + p) * 16 + l;
+          y[k] = apply_activation(act, x[k] * sc[l] + sh[l]);
+        }
     }
   });
 }

@@ -99,6 +99,13 @@ void pool(Isa isa, const float* x, float* y, int64_t planes, const Pool2D& g, Th
 // Global average (avg) or max pool of a blocked [N, CB, HW, 16] into NCHW [N, C, 1, 1].
 void global_pool(Isa isa, bool avg, const float* x, int64_t N, int64_t C, int64_t HW, float* y, ThreadPool* pool);
 
+// y = act(x * scale[c] + shift[c]) on blocked [N, CB, HW, 16] (inference batch norm after a
+// concat, where it cannot fold into a conv): scale and shift hold CB*16 values, 0 on the padding
+// channels, so those stay 0 (act(0) must be 0: the layout pass only converts such activations).
+// y may equal x (in place).
+void scale_shift(Isa isa, const float* x, const float* scale, const float* shift, const Activation& act, float* y,
+                 int64_t N, int64_t CB, int64_t HW, ThreadPool* pool);
+
 // Reference twins (plain loops over the blocked indexing; double accumulation for conv).
 void conv_reference(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
                     const Activation& act, float* y);
@@ -116,6 +123,9 @@ void to_blocked_avx512(const float* xs, int64_t nc, int64_t HW, float* yb, int64
 void from_blocked_avx512(const float* xb, int64_t nc, int64_t HW, float* ys, int64_t p0, int64_t p1);
 // Global average or max of one blocked plane [HW][16] into y[0, nc).
 void global_pool_avx512(bool avg, const float* xb, int64_t nc, int64_t HW, float* y);
+// Pixels [p0, p1) of one blocked plane: y = act(x * scale + shift), scale / shift 16 lanes.
+void scale_shift_avx512(const float* xb, const float* scale, const float* shift, const Activation& act, float* yb,
+                        int64_t p0, int64_t p1);
 void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
 
 // Work split of conv: tasks [0, tasks(N)) cover every (image, channel group, row range).

@@ -671,4 +671,19 @@ void global_pool_avx512(bool avg, const float* xb, int64_t nc, int64_t HW, float
   _mm512_mask_storeu_ps(y, first_lanes(nc), r);
 }
 
+void scale_shift_avx512(const float* xb, const float* scale, const float* shift, const Activation& act, float* yb,
+                        int64_t p0, int64_t p1) {
+  const __m512 sc = _mm512_loadu_ps(scale), sh = _mm512_loadu_ps(shift);
+  if (!act_zmm_exact(act)) {
+    for (int64_t p = p0; p < p1; ++p)
+      _mm512_storeu_ps(yb + p * 16, act_zmm_scalar(_mm512_fmadd_ps(_mm512_loadu_ps(xb + p * 16), sc, sh), act));
+    return;
+  }
+  int64_t p = p0;
+  for (; p + 4 <= p1; p += 4)
+    for (int k = 0; k < 4; ++k)
+      _mm512_storeu_ps(yb + (p + k) * 16, act_zmm(_mm512_fmadd_ps(_mm512_loadu_ps(xb + (p + k) * 16), sc, sh), act));
+  for (; p < p1; ++p) _mm512_storeu_ps(yb + p * 16, act_zmm(_mm512_fmadd_ps(_mm512_loadu_ps(xb + p * 16), sc, sh), act));
+}
+
 }  // namespace basalt::kernels::nchwc

@@ -2546,6 +2546,9 @@ void register_affinegrid(OpRegistry& r) {
 //   NchwcMaxPool / NchwcAveragePool    X blocked; MaxPool / AveragePool attributes
 //   NchwcGlobalAveragePool / NchwcGlobalMaxPool   X blocked -> NCHW [N, channels, 1, 1]
 //   ReorderToNchwc          NCHW -> blocked;  ReorderFromNchwc  blocked -> NCHW [N, channels, H, W]
+//   NchwcBatchNormalization X blocked, scale, B, input_mean, input_var (float32, one per channel);
+//                           epsilon and FusedBatchNormalization's activation attributes: inference
+//                           BatchNormalization then the activation, per channel of the blocked X
 
 // X must be a blocked float32 tensor; returns its [N, CB, H, W].
 void check_blocked(const KernelContext& ctx, int i, const Tensor& X) {
@@ -2658,7 +2661,89 @@ class NchwcConvKernel final : public OpKernel {
   Shape wshape_;
 };
 
+// Inference batch norm (+ activation) on a blocked tensor: y = act(x * s[c] + t[c]), s and t
+// folded in double as BatchNormalization does (at load for constant parameters; a feed that
+// overrides one of them is folded at run time), padded with zeros to whole blocks.
+class NchwcBatchNormKernel final : public OpKernel {
+ public:
+  NchwcBatchNormKernel(float eps, kernels::Activation act) : eps_(eps), act_(act) {}
+  void prepare(const PrepareContext& pc) override {
+    std::vector<const Tensor*> p;
+    for (size_t i = 1; i <= 4; ++i) p.push_back(pc.constant.size() > i ? pc.constant[i] : nullptr);
+    for (const Tensor* t : p)
+      if (!t || !t->raw()) return;  // folded per run
+    std::string err;
+    if (!fold(p, s_, t_, C_, err)) pc.node.fail(ErrorCode::InvalidModel, err);
+    for (size_t i = 0; i < 4; ++i) src_[i] = p[i]->raw();
+  }
+  size_t packed_bytes() const override { return (s_.size() + t_.size()) * sizeof(float); }
+
+  void compute(KernelContext& ctx) const override {
+    const Tensor& X = ctx.input(0);
+    check_blocked(ctx, 0, X);
+    std::vector<const Tensor*> p;
+    bool prepared = !s_.empty();
+    for (int i = 1; i <= 4; ++i) {
+      p.push_back(&ctx.input(i));
+      prepared = prepared && p.back()->raw() == src_[i - 1];
+    }
+    std::vector<float> s_run, t_run;
+    int64_t C = C_;
+    if (!prepared) {
+      std::string err;
+      if (!fold(p, s_run, t_run, C, err)) ctx.fail(ErrorCode::InvalidArgument, err);
+    }
+    const std::vector<float>& s = prepared ? s_ : s_run;
+    const std::vector<float>& t = prepared ? t_ : t_run;
+    if (X.dim(1) != kernels::nchwc::blocks(C))
+      ctx.fail(ErrorCode::InvalidArgument, "X has " + std::to_string(X.dim(1)) + " channel blocks, the parameters " +
+                                               std::to_string(C) + " channels");
+    Tensor& y = ctx.output_uninit(0, DType::Float, X.shape());
+    kernels::nchwc::scale_shift(kernels::best_isa(), X.data<float>(), s.data(), t.data(), act_, y.data<float>(), X.dim(0),
+                                X.dim(1), X.dim(2) * X.dim(3), ctx.pool());
+  }
+
+ private:
+  // s = scale / sqrt(var + eps), t = B - mean * s, from four float32 vectors of one length C;
+  // padded with zeros to blocks(C) * 16.
+  bool fold(const std::vector<const Tensor*>& p, std::vector<float>& s, std::vector<float>& t, int64_t& C,
+            std::string& err) const {
+    static const char* names[4] = {"scale", "B", "input_mean", "input_var"};
+    C = p[0]->numel();
+    for (size_t i = 0; i < 4; ++i) {
+      if (p[i]->dtype() != DType::Float || p[i]->rank() != 1 || p[i]->numel() != C || C <= 0) {
+        err = std::string(names[i]) + " must be a float32 vector of " + std::to_string(C) + " values, got " +
+              dtype_name(p[i]->dtype()) + " " + shape_str(p[i]->shape());
+        return false;
+      }
+    }
+    const float *sc = p[0]->data<float>(), *b = p[1]->data<float>(), *m = p[2]->data<float>(), *v = p[3]->data<float>();
+    const size_t padded = size_t(kernels::nchwc::blocks(C) * kernels::nchwc::kBlock);
+    s.assign(padded, 0.f);
+    t.assign(padded, 0.f);
+    for (int64_t c = 0; c < C; ++c) {
+      const double inv = 1.0 / std::sqrt(double(v[c]) + double(eps_));
+      s[size_t(c)] = float(inv * double(sc[c]));
+      t[size_t(c)] = float(double(b[c]) - double(m[c]) * inv * double(sc[c]));
+    }
+    return true;
+  }
+  float eps_;
+  kernels::Activation act_;
+  std::vector<float> s_, t_;
+  int64_t C_ = 0;
+  const void* src_[4] = {};
+};
+
 void register_nchwc(OpRegistry& r) {
+  r.add("basalt", "NchwcBatchNormalization", 1, INT_MAX, [](const Node& n) -> std::unique_ptr<OpKernel> {
+    kernels::Activation act = parse_fused_activation(n);
+    if (kernels::apply_activation(act, 0.f) != 0.f)
+      n.fail(ErrorCode::Unsupported, "NchwcBatchNormalization: activation " + n.attr_string("activation", "") +
+                                         " does not keep 0 at 0 (the padding channels of a blocked tensor)");
+    return std::make_unique<NchwcBatchNormKernel>(n.attr_float("epsilon", 1e-5f), act);
+  });
+
   r.add("basalt", "NchwcConv", 1, INT_MAX, [](const Node& n) -> std::unique_ptr<OpKernel> {
     WinAttrs a = parse_win(n, false);
     if (a.auto_pad != AutoPad::NotSet && a.auto_pad != AutoPad::Valid) n.fail(ErrorCode::InvalidModel, "NchwcConv takes explicit pads");

@@ -313,7 +313,7 @@ StaticShapes infer_static_shapes(const Graph& g) {
     bool ok = false;
     try {
       if ((std_domain && std::find(std::begin(kSame), std::end(kSame), op) != std::end(kSame)) ||
-          (n.domain == "basalt" && op == "FusedBatchNormalization")) {
+          (n.domain == "basalt" && (op == "FusedBatchNormalization" || op == "NchwcBatchNormalization"))) {
         if (!n.inputs.empty() && have[0]) {
           s = in[0];
           ok = true;

@@ -12,6 +12,8 @@
 //   MaxPool / AveragePool (2-D, blocked input, no indices) -> basalt::NchwcMaxPool / NchwcAveragePool
 //   GlobalAveragePool / GlobalMaxPool (blocked input) -> basalt::NchwcGlobalAveragePool / ...MaxPool
 //       with an NCHW output (the chain ends there without a reorder)
+//   BatchNormalization / basalt::FusedBatchNormalization (inference, constant parameters, an
+//       activation with act(0) = 0; blocked input) -> basalt::NchwcBatchNormalization
 //   Concat on channels (blocked inputs, every channel count a multiple of 16) -> Concat axis 1 of
 //       the blocked tensors; Add of two blocked tensors of the same shape, Relu -> the same op on
 //       the blocked tensors.
@@ -153,6 +155,24 @@ void layout_nchwc(PassContext& ctx) {
       if (!st.get_symbolic(n.inputs[0], a) || !st.get_symbolic(n.inputs[1], b) || a != b) continue;
       kind[i] = 1;
       channels[size_t(out)] = channels[size_t(n.inputs[0])];
+    } else if ((std_op(n, "BatchNormalization") || (n.domain == "basalt" && n.op_type == "FusedBatchNormalization")) &&
+               in0_blocked) {
+      // Inference batch norm (DenseNet's, after a concat, does not fold into a conv) with constant
+      // float32 parameters, one per channel, and an activation that keeps 0 at 0.
+      bool ok = n.inputs.size() == 5 && (n.outputs.size() == 1 || std::all_of(n.outputs.begin() + 1, n.outputs.end(), [](int o) { return o < 0; }));
+      if (n.domain.empty()) ok = ok && n.attr_int("training_mode", 0) == 0 && n.attr_int("spatial", 1) != 0;
+      for (size_t k = 1; ok && k < 5; ++k) {
+        const Tensor* t = constant_of(g, n.inputs[k]);
+        ok = t && t->dtype() == DType::Float && t->rank() == 1 && t->numel() == channels[size_t(n.inputs[0])] && t->raw();
+      }
+      kernels::Activation act;
+      std::string err;
+      if (n.domain == "basalt")
+        ok = ok && kernels::parse_activation(n.attr_string("activation", ""), n.attr_floats("activation_params", {}), act, &err) &&
+             kernels::apply_activation(act, 0.f) == 0.f;
+      if (!ok) continue;
+      kind[i] = 1;
+      channels[size_t(out)] = channels[size_t(n.inputs[0])];
     } else if (std_op(n, "Relu") && in0_blocked) {
       kind[i] = 1;
       channels[size_t(out)] = channels[size_t(n.inputs[0])];
@@ -271,6 +291,11 @@ void layout_nchwc(PassContext& ctx) {
       if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
       remove_attr(n, "auto_pad");
       n.op_type = n.op_type == "MaxPool" ? "NchwcMaxPool" : "NchwcAveragePool";
+    } else if (n.op_type == "BatchNormalization" || n.op_type == "FusedBatchNormalization") {
+      n.inputs[0] = bval[size_t(n.inputs[0])];
+      n.outputs.resize(1);
+      for (const char* a : {"momentum", "spatial", "training_mode"}) remove_attr(n, a);
+      n.op_type = "NchwcBatchNormalization";
     } else {  // Concat, Add, Relu: the same standard op on blocked tensors
       for (int& v : n.inputs) v = bval[size_t(v)];
       if (n.op_type == "Concat") set_attr(n, make_attr_int("axis", 1));

@@ -152,7 +152,9 @@ std::vector<int> in_place_inputs(const Node& n, std::span<const std::pair<DType,
   static const std::unordered_set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
   std::vector<int> r;
   // basalt::FusedBatchNormalization: BatchNormalization's kernel, then its activation per plane.
-  const bool fused_bn = n.domain == "basalt" && n.op_type == "FusedBatchNormalization";
+  // basalt::NchwcBatchNormalization: the same on a blocked tensor (kernels::nchwc::scale_shift).
+  const bool fused_bn =
+      n.domain == "basalt" && (n.op_type == "FusedBatchNormalization" || n.op_type == "NchwcBatchNormalization");
   if (!n.domain.empty() && n.domain != "ai.onnx" && !fused_bn) return r;
   if (out.first != DType::Float || n.outputs.empty()) return r;
   auto same = [&](size_t k) { return k < in.size() && in[k].first == out.first && in[k].second == out.second; };

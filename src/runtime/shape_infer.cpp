@@ -778,6 +778,7 @@ const std::unordered_map<std::string, ShapeFn>& table() {
     m["LayerNormalization"] = layer_norm;
     m["BatchNormalization"] = batch_norm;
     m["FusedBatchNormalization"] = batch_norm;
+    m["NchwcBatchNormalization"] = batch_norm;
     m["DepthToSpace"] = [](const Node& n, const In& in, Out& out) { return space_depth(n, in, out, true); };
     m["SpaceToDepth"] = [](const Node& n, const In& in, Out& out) { return space_depth(n, in, out, false); };
     m["QuantizeLinear"] = [](const Node& n, const In& in, Out& out) {

@@ -305,5 +305,52 @@ TEST(NchwcPool, MatchesNchwPool) {
     }
 }
 
+// Inference batch norm on blocked tensors (scale_shift): every ISA and thread count against
+// act(x * s + t) per NCHW element, channel counts with a partial last block (its padding lanes
+// must stay 0), odd plane sizes (vector tails, runs of several small planes per chunk), in place.
+TEST(NchwcScaleShift, MatchesPerChannelAffine) {
+  std::mt19937 rng(11);
+  struct P {
+    int64_t N, C, H, W;
+  };
+  const P cases[] = {{1, 16, 7, 7}, {2, 40, 5, 3}, {1, 64, 56, 57}, {3, 33, 1, 1}, {1, 128, 14, 14}};
+  Activation relu, clip, none, leaky;
+  relu.kind = ActKind::Relu;
+  clip.kind = ActKind::Clip, clip.a = 0.f, clip.b = 6.f;
+  leaky.kind = ActKind::LeakyRelu, leaky.a = 0.1f;
+  auto pools = test::pools();
+  for (const P& c : cases)
+    for (const Activation& act : {none, relu, clip, leaky}) {
+      const int64_t CB = nc::blocks(c.C), HW = c.H * c.W;
+      auto x = test::rnd(c.N * c.C * HW, rng);
+      std::vector<float> sc(size_t(CB * 16), 0.f), sh(size_t(CB * 16), 0.f);
+      auto s0 = test::rnd(c.C, rng), t0 = test::rnd(c.C, rng);
+      std::copy(s0.begin(), s0.end(), sc.begin());
+      std::copy(t0.begin(), t0.end(), sh.begin());
+      std::vector<float> xb(size_t(c.N * CB * 16 * HW));
+      nc::to_blocked(kernels::Isa::Portable, x.data(), c.N, c.C, HW, xb.data(), nullptr);
+      for (kernels::Isa isa : test::isas())
+        for (auto& pool : pools)
+          for (bool in_place : {false, true}) {
+            std::vector<float> yb = in_place ? xb : std::vector<float>(xb.size(), -1.f);
+            nc::scale_shift(isa, in_place ? yb.data() : xb.data(), sc.data(), sh.data(), act, yb.data(), c.N, CB, HW,
+                            pool.get());
+            for (int64_t n = 0; n < c.N; ++n)
+              for (int64_t ch = 0; ch < CB * 16; ++ch)
+                for (int64_t p = 0; p < HW; ++p) {
+                  const float got = yb[size_t(((n * CB + ch / 16) * HW + p) * 16 + ch % 16)];
+                  if (ch >= c.C) {
+                    ASSERT_EQ(got, 0.f) << "padding channel " << ch << " of C" << c.C;
+                    continue;
+                  }
+                  const float want =
+                      kernels::apply_activation(act, x[size_t((n * c.C + ch) * HW + p)] * s0[size_t(ch)] + t0[size_t(ch)]);
+                  ASSERT_NEAR(got, want, 1e-5f * (1.f + std::fabs(want)))
+                      << "C" << c.C << " " << c.H << "x" << c.W << " isa " << int(isa) << " act " << int(act.kind);
+                }
+          }
+    }
+}
+
 }  // namespace
 }  // namespace basalt

@@ -933,6 +933,56 @@ TEST(OptimizerLayout, WinogradConvsStayInTheChain) {
   expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 24, 24}, 9)}});
 }
 
+// DenseNet's pattern: a conv output read by a concat and by a batch norm (which cannot fold into
+// the conv), BN + Relu before each conv, a 64 -> 32 3x3 conv (blocked Winograd from 64 inputs and
+// 32 outputs). Everything runs blocked with no reorder, and matches the unoptimized model. A batch
+// norm whose scale is a graph input is not converted (the chain ends there).
+TEST(OptimizerLayout, DenseBlockRunsBlocked) {
+  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  for (bool fed_scale : {false, true}) {
+    Builder b(15);
+    b.input("X", {1, 3, 24, 24});
+    if (fed_scale) b.input("S2", {64});
+    b.init("W0", random_tensor({32, 3, 3, 3}, 1));
+    b.init("W1", random_tensor({64, 32, 1, 1}, 2, -0.3f, 0.3f));
+    b.init("W2", random_tensor({32, 64, 3, 3}, 3, -0.2f, 0.2f));
+    b.init("W3", random_tensor({48, 64, 1, 1}, 4, -0.3f, 0.3f));
+    for (int k : {1, 2}) {
+      const int64_t c = k == 1 ? 32 : 64;
+      const std::string i = std::to_string(k);
+      if (k == 1 || !fed_scale) b.init("S" + i, random_tensor({c}, uint32_t(10 + k), 0.5f, 1.5f));
+      b.init("T" + i, random_tensor({c}, uint32_t(20 + k)));
+      b.init("M" + i, random_tensor({c}, uint32_t(30 + k)));
+      b.init("V" + i, random_tensor({c}, uint32_t(40 + k), 0.5f, 2.f));
+    }
+    const Ints pad1{1, 1, 1, 1};
+    b.node("Conv", {"X", "W0"}, {"c0"}, {attr("pads", pad1)});
+    b.node("BatchNormalization", {"c0", "S1", "T1", "M1", "V1"}, {"n1"});
+    b.node("Relu", {"n1"}, {"r1"});
+    b.node("Conv", {"r1", "W1"}, {"c1"});
+    b.node("Relu", {"c1"}, {"r2"});
+    b.node("Conv", {"r2", "W2"}, {"c2"}, {attr("pads", pad1)});
+    b.node("Concat", {"c0", "c2"}, {"k"}, {attr("axis", int64_t(1))});
+    b.node("BatchNormalization", {"k", "S2", "T2", "M2", "V2"}, {"n2"});
+    b.node("Relu", {"n2"}, {"r3"});
+    b.node("Conv", {"r3", "W3"}, {"c3"});
+    b.node("GlobalAveragePool", {"c3"}, {"Y"});
+    b.output("Y");
+    std::string bytes = b.bytes();
+    auto s = open(bytes, 3);
+    const Graph& g = *s->model().graph;
+    EXPECT_EQ(count_ops(g, "NchwcBatchNormalization"), fed_scale ? 1 : 2) << "fed scale " << fed_scale;
+    if (!fed_scale) {
+      EXPECT_EQ(count_ops(g, "NchwcConv"), 4);
+      EXPECT_EQ(count_ops(g, "ReorderToNchwc"), 0);
+      EXPECT_EQ(count_ops(g, "ReorderFromNchwc"), 0);
+    }
+    std::vector<std::pair<std::string, Value>> feeds = {{"X", random_tensor({1, 3, 24, 24}, 9)}};
+    if (fed_scale) feeds.push_back({"S2", random_tensor({64}, 12, 0.5f, 1.5f)});
+    expect_same_outputs(bytes, 3, feeds);
+  }
+}
+
 // An input whose channel count the model leaves open: 24 channels instead of the 20 the first conv
 // takes fill the same two blocks, and must still be an error naming the mismatch (not a result).
 TEST(OptimizerLayout, WrongChannelCountIsAnError) {
