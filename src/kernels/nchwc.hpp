@@ -63,9 +63,11 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
 // Winograd (at the image sizes winograd_choose_tile picks) beats the direct blocked kernel on wide
 // 3x3 stride-1 convs (64 -> 64 at 56x56: 1.04 vs 1.66 ms) and on those with few outputs (32 -> 16
 // at 256x256: 4.0 vs 6.2 ms), not on narrow inputs with many outputs (16 -> 64 at 55x55: 0.45 vs
-// 0.38 ms). Its blocked form (kernels/winograd.hpp) pays from 64 input and 64 output channels:
+// 0.38 ms). Its blocked form (kernels/winograd.hpp) pays from 64 input and 32 output channels:
 // ResNet-50, 1 thread, against NCHW Winograd and the reorders around it, 64 -> 64 at 56x56 6.10
-// -> 5.79 ms and 128 -> 128 at 28x28 5.69 -> 4.73 ms (+ 1.2 ms of reorders gone); with fewer its
+// -> 5.79 ms and 128 -> 128 at 28x28 5.69 -> 4.73 ms (+ 1.2 ms of reorders gone); DenseNet-121's
+// 128 -> 32 convs (1 thread: ~3.8 -> 3.0 ms at 14x14 with F(2x2), well under NCHW Winograd plus
+// reorders at 56x56 and 28x28); with fewer inputs its
 // products are narrow GEMMs (N = M columns of 64-wide panels, K = C) and it is slower (UNet-lite:
 // 32 -> 16 at 256x256 16.7 -> 24.7 ms, 32 -> 32 at 128x128 3.3 -> 4.8 ms).
 // At 10x10 to 19x19 images, where NCHW Winograd loses to the direct kernels, blocked F(2x2) wins

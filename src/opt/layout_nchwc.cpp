@@ -181,8 +181,8 @@ void layout_nchwc(PassContext& ctx) {
 
   // Chains (nodes joined by blocked values) that are worth it: at least two convs and at most one
   // reorder (in or out) per two convs. Measured on the benchmark models (README): a single conv
-  // between grouped ones (ShuffleNet) or DenseNet's two-conv chains between NCHW batch norms (a
-  // reorder in and out each) run slower blocked; longer chains run faster (ResNet-50 1t 76 -> 73 ms,
+  // between grouped ones (ShuffleNet) runs slower blocked (as DenseNet's two-conv chains did while
+  // its batch norms ran NCHW); longer chains run faster (ResNet-50 1t 76 -> 73 ms,
   // 2t 46 -> 40 ms; MobileNetV2, SqueezeNet, Inception v1).
   std::vector<int> root(g.nodes.size());
   for (size_t i = 0; i < root.size(); ++i) root[i] = int(i);
