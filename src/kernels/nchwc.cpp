@@ -7,7 +7,6 @@
 #include "runtime/thread_pool.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 

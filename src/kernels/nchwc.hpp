@@ -67,8 +67,8 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
 // ResNet-50, 1 thread, against NCHW Winograd and the reorders around it, 64 -> 64 at 56x56 6.10
 // -> 5.79 ms and 128 -> 128 at 28x28 5.69 -> 4.73 ms (+ 1.2 ms of reorders gone); DenseNet-121's
 // 128 -> 32 convs (1 thread: ~3.8 -> 3.0 ms at 14x14 with F(2x2), well under NCHW Winograd plus
-// reorders at 56x56 and 28x28); with fewer inputs its
-// products are narrow GEMMs (N = M columns of 64-wide panels, K = C) and it is slower (UNet-lite:
+// reorders at 56x56 and 28x28); with fewer inputs its products are narrow GEMMs (N = M columns
+// of 64-wide panels, K = C) and it is slower (UNet-lite:
 // 32 -> 16 at 256x256 16.7 -> 24.7 ms, 32 -> 32 at 128x128 3.3 -> 4.8 ms).
 // At 10x10 to 19x19 images, where NCHW Winograd loses to the direct kernels, blocked F(2x2) wins
 // (ResNet-50's 256 -> 256 at 14x14). winograd_tile: the tile of blocked Winograd for `s` (0 = not

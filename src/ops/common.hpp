@@ -118,4 +118,20 @@ std::vector<int64_t> shape_strides(const Shape& s);
 Tensor to_float32(const Tensor& t);
 Tensor from_float32(const Tensor& t, DType dt);
 
+// Inference BatchNormalization's parameters folded into a per-channel scale and shift:
+// s[c] = scale / sqrt(var + eps), t[c] = B - mean * s (double), as floats; s and t get
+// max(C, padded_to) entries, 0 past C (blocked tensors pad channels to whole blocks).
+inline void bn_fold(const std::vector<double>& sc, const std::vector<double>& bi, const std::vector<double>& mean,
+                    const std::vector<double>& var, float eps, std::vector<float>& s, std::vector<float>& t,
+                    size_t padded_to = 0) {
+  const size_t C = sc.size();
+  s.assign(C > padded_to ? C : padded_to, 0.f);
+  t.assign(s.size(), 0.f);
+  for (size_t c = 0; c < C; ++c) {
+    double inv = 1.0 / std::sqrt(var[c] + double(eps));
+    s[c] = float(inv * sc[c]);
+    t[c] = float(bi[c] - mean[c] * inv * sc[c]);
+  }
+}
+
 }  // namespace basalt

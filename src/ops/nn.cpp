@@ -2704,8 +2704,7 @@ class NchwcBatchNormKernel final : public OpKernel {
   }
 
  private:
-  // s = scale / sqrt(var + eps), t = B - mean * s, from four float32 vectors of one length C;
-  // padded with zeros to blocks(C) * 16.
+  // bn_fold of four float32 vectors of one length C, padded with zeros to blocks(C) * 16.
   bool fold(const std::vector<const Tensor*>& p, std::vector<float>& s, std::vector<float>& t, int64_t& C,
             std::string& err) const {
     static const char* names[4] = {"scale", "B", "input_mean", "input_var"};
@@ -2717,15 +2716,9 @@ class NchwcBatchNormKernel final : public OpKernel {
         return false;
       }
     }
-    const float *sc = p[0]->data<float>(), *b = p[1]->data<float>(), *m = p[2]->data<float>(), *v = p[3]->data<float>();
-    const size_t padded = size_t(kernels::nchwc::blocks(C) * kernels::nchwc::kBlock);
-    s.assign(padded, 0.f);
-    t.assign(padded, 0.f);
-    for (int64_t c = 0; c < C; ++c) {
-      const double inv = 1.0 / std::sqrt(double(v[c]) + double(eps_));
-      s[size_t(c)] = float(inv * double(sc[c]));
-      t[size_t(c)] = float(double(b[c]) - double(m[c]) * inv * double(sc[c]));
-    }
+    std::vector<double> d[4];
+    for (size_t i = 0; i < 4; ++i) d[i].assign(p[i]->data<float>(), p[i]->data<float>() + C);
+    bn_fold(d[0], d[1], d[2], d[3], eps_, s, t, size_t(kernels::nchwc::blocks(C) * kernels::nchwc::kBlock));
     return true;
   }
   float eps_;

@@ -517,19 +517,6 @@ struct BnFolded {
   const void* src[5] = {};
 };
 
-// s[c] = scale / sqrt(var + eps), t[c] = B - mean * s (double), as floats.
-void bn_fold(const std::vector<double>& sc, const std::vector<double>& bi, const std::vector<double>& mean,
-             const std::vector<double>& var, float eps, std::vector<float>& s, std::vector<float>& t) {
-  const size_t C = sc.size();
-  s.assign(C, 0.f);
-  t.assign(C, 0.f);
-  for (size_t c = 0; c < C; ++c) {
-    double inv = 1.0 / std::sqrt(var[c] + double(eps));
-    s[c] = float(inv * sc[c]);
-    t[c] = float(bi[c] - mean[c] * inv * sc[c]);
-  }
-}
-
 using BnFn = std::function<void(KernelContext&, const BnFolded*)>;
 class BatchNormKernel final : public OpKernel {
  public:

@@ -159,7 +159,7 @@ void layout_nchwc(PassContext& ctx) {
                in0_blocked) {
       // Inference batch norm (DenseNet's, after a concat, does not fold into a conv) with constant
       // float32 parameters, one per channel, and an activation that keeps 0 at 0.
-      bool ok = n.inputs.size() == 5 && (n.outputs.size() == 1 || std::all_of(n.outputs.begin() + 1, n.outputs.end(), [](int o) { return o < 0; }));
+      bool ok = n.inputs.size() == 5 && std::all_of(n.outputs.begin() + 1, n.outputs.end(), [](int o) { return o < 0; });
       if (n.domain.empty()) ok = ok && n.attr_int("training_mode", 0) == 0 && n.attr_int("spatial", 1) != 0;
       for (size_t k = 1; ok && k < 5; ++k) {
         const Tensor* t = constant_of(g, n.inputs[k]);
