@@ -97,8 +97,9 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
   auto im2col = g.isa == Isa::Avx512 ? im2col_pack_avx512 : im2col_pack_portable;
   Epilogue ep;
   ep.act = act;
-  if (pointwise && g.reads_plain_b && Mg <= kMaxInPlaceRows) {
+  if (pointwise && (out <= kGemvMaxCols || (g.reads_plain_b && Mg <= kMaxInPlaceRows))) {
     // The input [Cg, H*W] of an image and group is the GEMM's B as it is: no copy, no chunks.
+    // With at most kGemvMaxCols pixels sgemm runs it as matrix-vector products on any arch.
     for (int64_t gi = 0; gi < s.G; ++gi)
       for (int64_t n = 0; n < s.N; ++n) {
         GemmOperand A, B;

@@ -88,7 +88,16 @@ struct GemmArch {
   // a plain row-major op(A) needs no packing (sgemm then skips packing a non-transposed A).
   void (*ukernel_plain_a)(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc,
                           int m, int n, bool accumulate, const float* pf_b, const TileEpilogue* te) = nullptr;
+  // Matrix-vector product on one packed A panel, for a B of at most kGemvMaxCols columns:
+  // y[r * ldy + c] = sum_k a[k * mr + r] * x[c * K + k] for r < m, c < n (columns of B stored
+  // contiguously). It streams the panel once with full-width vectors instead of running the
+  // microkernel on an nr-wide tile that holds n useful columns.
+  void (*panel_gemv)(int64_t K, const float* a, const float* x, int n, float* y, int64_t ldy, int m) = nullptr;
 };
+
+// sgemm takes the panel_gemv route for B with at most this many columns (a 1x1 convolution on a
+// 1x1 or 2x2 image: classifier heads, squeeze-excitation).
+constexpr int64_t kGemvMaxCols = 4;
 
 // The microkernel set of `isa`. The caller must only pick ISAs the CPU supports (best_isa() and
 // below); Portable is always available.
@@ -151,8 +160,26 @@ void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, int64_t ld
                           bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te);
 void sgemm_ukernel_plain_a_avx512(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                                   int64_t ldc, int m, int n, bool accumulate, const float* pf_b, const TileEpilogue* te);
+void panel_gemv_avx512(int64_t K, const float* a, const float* x, int n, float* y, int64_t ldy, int m);
 void sgemm_ukernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
                         bool accumulate, const float* pf_a, const float* pf_b, const TileEpilogue* te);
+void panel_gemv_avx2(int64_t K, const float* a, const float* x, int n, float* y, int64_t ldy, int m);
+// The end of an ISA's panel_gemv for one column: `part` holds the vector lanes of partial sums,
+// lane j for row j % mr (its length a multiple of mr); adds them per row, then the k steps from
+// k_tail on that the vector loop left, and stores rows [0, m) to y (stride ldy).
+template <int MR>
+inline void panel_gemv_finish(const float* part, int parts, const float* a, const float* x, int64_t k_tail, int64_t K,
+                              float* y, int64_t ldy, int m) {
+  float acc[MR];
+  for (int r = 0; r < MR; ++r) {
+    float t = 0.f;
+    for (int j = r; j < parts; j += MR) t += part[j];
+    acc[r] = t;
+  }
+  for (int64_t k = k_tail; k < K; ++k)
+    for (int r = 0; r < MR; ++r) acc[r] += a[k * MR + r] * x[k];
+  for (int r = 0; r < m; ++r) y[r * ldy] = acc[r];
+}
 // Epilogue over an m x n tile, compiled per ISA so the activations vectorize.
 void epilogue_tile_portable(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);
 void epilogue_tile_avx512(float* c, int64_t ldc, int m, int n, int64_t row0, int64_t col0, const Epilogue& ep);

@@ -68,7 +68,48 @@ void tile_rows(int64_t kc, const float* a, const float* b, int64_t ldb, float* c
   else tile<R, 2>(kc, a, b, ldb, c, ldc, n, accumulate, pf_a, pf_b, te);
 }
 
+// panel_gemv as in gemm_avx512.cpp: 4 k steps of a panel are 24 floats, 3 vectors, multiplied by
+// three permutes of 4 loaded x values; lane j of accumulator v sums row (8 v + j) % 6.
+template <int NC>
+void panel_gemv_cols(int64_t K, const float* a, const float* x, float* y, int64_t ldy, int m) {
+  static_assert(MR == 6, "the permute pattern assumes 6-row panels");
+  const __m256i i0 = _mm256_setr_epi32(0, 0, 0, 0, 0, 0, 1, 1);
+  const __m256i i1 = _mm256_setr_epi32(1, 1, 1, 1, 2, 2, 2, 2);
+  const __m256i i2 = _mm256_setr_epi32(2, 2, 3, 3, 3, 3, 3, 3);
+  __m256 s[NC][3];
+#pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) s[c][0] = s[c][1] = s[c][2] = _mm256_setzero_ps();
+  const int64_t K4 = K / 4 * 4;
+  for (int64_t k = 0; k < K4; k += 4) {
+    const float* ak = a + k * MR;
+    __m256 a0 = _mm256_loadu_ps(ak), a1 = _mm256_loadu_ps(ak + 8), a2 = _mm256_loadu_ps(ak + 16);
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) {
+      __m256 xv = _mm256_broadcast_ps(reinterpret_cast<const __m128*>(x + c * K + k));
+      s[c][0] = _mm256_fmadd_ps(a0, _mm256_permutevar8x32_ps(xv, i0), s[c][0]);
+      s[c][1] = _mm256_fmadd_ps(a1, _mm256_permutevar8x32_ps(xv, i1), s[c][1]);
+      s[c][2] = _mm256_fmadd_ps(a2, _mm256_permutevar8x32_ps(xv, i2), s[c][2]);
+    }
+  }
+  for (int c = 0; c < NC; ++c) {
+    alignas(32) float part[24];
+    _mm256_store_ps(part, s[c][0]);
+    _mm256_store_ps(part + 8, s[c][1]);
+    _mm256_store_ps(part + 16, s[c][2]);
+    panel_gemv_finish<MR>(part, 24, a, x + c * K, K4, K, y + c, ldy, m);
+  }
+}
+
 }  // namespace
+
+void panel_gemv_avx2(int64_t K, const float* a, const float* x, int n, float* y, int64_t ldy, int m) {
+  switch (n) {
+    case 1: panel_gemv_cols<1>(K, a, x, y, ldy, m); break;
+    case 2: panel_gemv_cols<2>(K, a, x, y, ldy, m); break;
+    case 3: panel_gemv_cols<3>(K, a, x, y, ldy, m); break;
+    default: panel_gemv_cols<4>(K, a, x, y, ldy, m); break;
+  }
+}
 
 void sgemm_ukernel_avx2(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
                         bool accumulate,

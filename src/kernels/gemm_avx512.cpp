@@ -90,6 +90,40 @@ void ukernel_rows(int64_t kc, const float* a, int64_t lda, const float* b, int64
   }
 }
 
+// panel_gemv: 8 k steps of a panel are 48 floats, 3 vectors. The x values they multiply follow
+// the pattern k = flat index / 6, which three permutes of 8 loaded x values produce. Lane j of
+// accumulator v then holds a partial sum for row (16 v + j) % 6; the 8 partials of each row are
+// added at the end.
+template <int NC>
+void panel_gemv_cols(int64_t K, const float* a, const float* x, float* y, int64_t ldy, int m) {
+  static_assert(MR == 6, "the permute pattern assumes 6-row panels");
+  const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2);
+  const __m512i i1 = _mm512_setr_epi32(2, 2, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4, 4, 5, 5);
+  const __m512i i2 = _mm512_setr_epi32(5, 5, 5, 5, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7);
+  __m512 s[NC][3];
+#pragma GCC unroll 4
+  for (int c = 0; c < NC; ++c) s[c][0] = s[c][1] = s[c][2] = _mm512_setzero_ps();
+  const int64_t K8 = K / 8 * 8;
+  for (int64_t k = 0; k < K8; k += 8) {
+    const float* ak = a + k * MR;
+    __m512 a0 = _mm512_loadu_ps(ak), a1 = _mm512_loadu_ps(ak + 16), a2 = _mm512_loadu_ps(ak + 32);
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; ++c) {
+      __m512 xv = _mm512_maskz_loadu_ps(0xFF, x + c * K + k);
+      s[c][0] = _mm512_fmadd_ps(a0, _mm512_maskz_permutexvar_ps(0xFFFF, i0, xv), s[c][0]);
+      s[c][1] = _mm512_fmadd_ps(a1, _mm512_maskz_permutexvar_ps(0xFFFF, i1, xv), s[c][1]);
+      s[c][2] = _mm512_fmadd_ps(a2, _mm512_maskz_permutexvar_ps(0xFFFF, i2, xv), s[c][2]);
+    }
+  }
+  for (int c = 0; c < NC; ++c) {
+    alignas(64) float part[48];
+    _mm512_store_ps(part, s[c][0]);
+    _mm512_store_ps(part + 16, s[c][1]);
+    _mm512_store_ps(part + 32, s[c][2]);
+    panel_gemv_finish<MR>(part, 48, a, x + c * K, K8, K, y + c, ldy, m);
+  }
+}
+
 }  // namespace
 
 void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int64_t ldc, int m, int n,
@@ -100,6 +134,15 @@ void sgemm_ukernel_avx512(int64_t kc, const float* a, const float* b, int64_t ld
 void sgemm_ukernel_plain_a_avx512(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                                   int64_t ldc, int m, int n, bool accumulate, const float* pf_b, const TileEpilogue* te) {
   ukernel_rows<true>(kc, a, lda, b, ldb, c, ldc, m, n, accumulate, nullptr, pf_b, te);
+}
+
+void panel_gemv_avx512(int64_t K, const float* a, const float* x, int n, float* y, int64_t ldy, int m) {
+  switch (n) {
+    case 1: panel_gemv_cols<1>(K, a, x, y, ldy, m); break;
+    case 2: panel_gemv_cols<2>(K, a, x, y, ldy, m); break;
+    case 3: panel_gemv_cols<3>(K, a, x, y, ldy, m); break;
+    default: panel_gemv_cols<4>(K, a, x, y, ldy, m); break;
+  }
 }
 
 #define EPILOGUE_TILE_NAME epilogue_tile_avx512

@@ -114,6 +114,59 @@ TEST(KernelsGemm, EveryIsaMatchesReferenceOnOddShapes) {
   EXPECT_GT(cases, 0);
 }
 
+// B with at most kGemvMaxCols columns goes through the arch's panel_gemv instead of the
+// microkernel: row counts around the panel height, K around the 8- and 4-step vector loops,
+// transposed and plain B with a row stride, every epilogue (one past the limit checks the switch).
+TEST(KernelsGemm, FewColumnsMatchReference) {
+  std::mt19937 rng(23);
+  const int64_t Ms[] = {1, 5, 6, 7, 13, 100, 1001};
+  const int64_t Ks[] = {1, 3, 4, 7, 8, 9, 17, 64, 1027};
+  auto acts = activations();
+  auto ps = pools();
+  int cases = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    const int64_t M = Ms[rng() % 7], K = Ks[rng() % 9], N = 1 + int64_t(rng() % (k::kGemvMaxCols + 1));
+    const bool tb = rng() % 2;
+    const int64_t ldb = tb ? K + 3 : N + 2;  // row strides wider than the matrix
+    auto A = rnd(M * K, rng), B = rnd((tb ? N : K) * ldb, rng), rb = rnd(M, rng), cb = rnd(N, rng),
+         res = rnd(M * N, rng);
+    k::Epilogue ep;
+    if (iter % 2) ep.row_bias = rb.data();
+    if (iter % 3 == 0) ep.col_bias = cb.data();
+    if (iter % 4 == 1) {
+      ep.residual = res.data();
+      ep.ldr = N;
+    }
+    ep.act = acts[size_t(iter) % acts.size()];
+    std::vector<float> want(size_t(M * N)), absum(size_t(M * N));
+    k::sgemm_reference(M, N, K, A.data(), K, false, B.data(), ldb, tb, want.data(), N, ep);
+    {
+      std::vector<float> aa(A.size()), bb(B.size());
+      for (size_t i = 0; i < A.size(); ++i) aa[i] = std::fabs(A[i]);
+      for (size_t i = 0; i < B.size(); ++i) bb[i] = std::fabs(B[i]);
+      k::sgemm_reference(M, N, K, aa.data(), K, false, bb.data(), ldb, tb, absum.data(), N, k::Epilogue{});
+    }
+    for (k::Isa isa : isas()) {
+      const k::GemmArch& g = k::gemm_arch(isa);
+      k::PackedMatrix pa = k::pack_a_matrix(g, M, K, A.data(), K, false);
+      for (auto& pool : ps)
+        for (int packed = 0; packed < 2; ++packed) {
+          k::GemmOperand oa{A.data(), K, false, packed ? pa.data.data() : nullptr}, ob{B.data(), ldb, tb, nullptr};
+          std::vector<float> ws(size_t(k::sgemm_workspace_floats(g, M, N, K, packed, false)) + 16);
+          std::vector<float> got(size_t(M * N), std::nanf(""));
+          k::sgemm(g, M, N, K, oa, ob, got.data(), N, ep, pool.get(), ws.data());
+          expect_close(got, want, absum,
+                       std::string(k::isa_name(isa)) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                           " K=" + std::to_string(K) + " tb=" + std::to_string(tb) + " threads=" +
+                           std::to_string(pool ? pool->threads() : 1) + " packed=" + std::to_string(packed));
+          if (HasFatalFailure()) return;
+          ++cases;
+        }
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
 TEST(KernelsGemm, WritesOnlyItsTileAndHandlesKZero) {
   // C with a leading dimension wider than N: the columns past N (sentinels) must stay untouched.
   std::mt19937 rng(3);
@@ -341,6 +394,9 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
       {1, 5, 17, 23, 6, 1, 5, 5, 3, 3, 1, 1, 2, 2, 1, 1},      // stride 3 im2col, taps left of and past the row
       {2, 64, 30, 30, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // many column chunks: whole chunks per thread, own buffers
       {2, 256, 25, 25, 7, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},    // pointwise, whole chunks per thread
+      {1, 1027, 1, 1, 100, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},   // pointwise on a 1x1 image (classifier): GEMV route
+      {2, 45, 2, 2, 70, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},      // pointwise on 2x2 (4 columns), N=2: GEMV route
+      {1, 96, 1, 3, 40, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},      // grouped pointwise, 3 columns
   };
   std::mt19937 rng(11);
   auto acts = activations();
