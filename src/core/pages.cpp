@@ -26,7 +26,7 @@ bool huge_pages_wanted() {
   return on;
 }
 
-void* map_pages(size_t bytes, bool huge) {
+void* map_pages(size_t bytes, bool huge, bool populate) {
   const size_t len = page_round(bytes);
   const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
   if (huge && len >= kHugePage && huge_pages_wanted()) {
@@ -42,7 +42,7 @@ void* map_pages(size_t bytes, bool huge) {
       return reinterpret_cast<void*>(a);
     }
   }
-  void* p = mmap(nullptr, len, prot, flags, -1, 0);
+  void* p = mmap(nullptr, len, prot, flags | (populate ? MAP_POPULATE : 0), -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
@@ -51,7 +51,7 @@ void unmap_pages(void* p, size_t bytes) {
 }
 
 void* alloc_pages(size_t bytes) {
-  if (bytes >= kMapThresholdBytes) return map_pages(bytes, kHugePackedWeights);
+  if (bytes >= kMapThresholdBytes) return map_pages(bytes, kHugePackedWeights, /*populate=*/true);
   const size_t a = bytes ? (bytes + 63) / 64 * 64 : 64;
   void* p = std::aligned_alloc(64, a);
   if (p) std::memset(p, 0, a);

@@ -95,8 +95,9 @@ void Tensor::allocate(bool zero) {
   bool mapped = dtype != DType::String && alloc >= kMapThresholdBytes;
   if (mapped) {
     // Anonymous pages are zero-filled by the kernel: no memset needed, and untouched pages
-    // never become resident.
-    p = map_pages(bytes, false);  // see core/pages.hpp on huge pages
+    // never become resident. An uninitialized tensor is about to be written whole (its maker's
+    // contract), so its pages are populated at once (core/pages.hpp).
+    p = map_pages(bytes, false, /*populate=*/!zero);  // see core/pages.hpp on huge pages
   } else {
     p = std::aligned_alloc(64, alloc);
   }

@@ -70,14 +70,19 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
         // Destination order (contiguous stores); the strided loads stay within the block's F16
         // source rows, which L1 holds. (Source order, scattering the stores F16 apart: ResNet-50's
         // prepare 90 -> 73 ms this way.)
+        // Source rows are taken 8 at a time: the rows of a 1x1 conv with 1024 inputs lie 4 KB
+        // apart, so all F16 of them map to one L1 set, and the loads missed L1 (1 GB/s).
         const int64_t no = std::min<int64_t>(F16, s.M - m0), row = s.C * KK;
         const float* src0 = w + (m0 * s.C + c0) * KK;
-        for (int64_t k = 0; k < KK; ++k)
-          for (int64_t ci = 0; ci < nc; ++ci) {
-            float* dd = d + (k * 16 + ci) * F16;
-            const float* sp = src0 + ci * KK + k;
-            for (int64_t o = 0; o < no; ++o) dd[o] = sp[o * row];
-          }
+        for (int64_t o0 = 0; o0 < no; o0 += 8) {
+          const int64_t o1 = std::min<int64_t>(no, o0 + 8);
+          for (int64_t k = 0; k < KK; ++k)
+            for (int64_t ci = 0; ci < nc; ++ci) {
+              float* dd = d + (k * 16 + ci) * F16;
+              const float* sp = src0 + ci * KK + k;
+              for (int64_t o = o0; o < o1; ++o) dd[o] = sp[o * row];
+            }
+        }
       }
     }
     cw.bias.assign(size_t(OB * 16), 0.f);

@@ -114,32 +114,31 @@ WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, c
   u.C = s.C;
   u.blocked = blocked;
   const int A = tile + 2;
-  const int64_t M = s.M, C = s.C, mf = u.matrix_floats(), mp = (M + g.mr - 1) / g.mr;
-  std::vector<float> plain(static_cast<size_t>(A * A * M * C));  // [ξ][m][c]
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t c = 0; c < C; ++c) {
+  const int64_t M = s.M, C = s.C, mf = u.matrix_floats();
+  // U[ξ](m, c) = (G g Gᵀ)[ξ] for each (m, c) in double, written straight into its packed place
+  // (pack_a's panels of U[ξ] [M x C], or pack_b's of U[ξ]ᵀ [C x M]); the padding rows or columns
+  // stay zero from the fresh block. Going through a plain [ξ][m][c] copy and packing it after cost
+  // ResNet-50's session creation a zero-filled 36 * M * C float vector and a transposing pass.
+  u.data.reset(static_cast<size_t>(A * A * mf));
+  float* out = u.data.data();
+  const int64_t pw = blocked ? g.nr : g.mr;  // panel width
+  const double(*G)[3] = tile == 4 ? kG4 : kG2;
+  // Panel by panel, input channel outside: each of the A² matrices' stores then run sequentially
+  // through the panel, and the panel's pw weight rows are read a line at a time.
+  for (int64_t m0 = 0; m0 < M; m0 += pw)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t m = m0; m < std::min(M, m0 + pw); ++m) {
       const float* k = w + (m * C + c) * 9;
       double gg[6][3];  // G g
       for (int i = 0; i < A; ++i)
-        for (int kw = 0; kw < 3; ++kw) {
-          double acc = 0;
-          for (int kh = 0; kh < 3; ++kh) acc += (tile == 4 ? kG4[i][kh] : kG2[i][kh]) * double(k[kh * 3 + kw]);
-          gg[i][kw] = acc;
-        }
+        for (int kw = 0; kw < 3; ++kw) gg[i][kw] = G[i][0] * k[kw] + G[i][1] * k[3 + kw] + G[i][2] * k[6 + kw];
+      // blocked: panel m / nr of B = U[ξ]ᵀ holds (k = c, column m % nr); else panel m / mr of A
+      // holds (row m % mr, k = c)
+      float* d = out + (m / pw) * C * pw + c * pw + m % pw;
       for (int i = 0; i < A; ++i)
-        for (int j = 0; j < A; ++j) {
-          double acc = 0;
-          for (int kw = 0; kw < 3; ++kw) acc += gg[i][kw] * (tile == 4 ? kG4[j][kw] : kG2[j][kw]);
-          plain[static_cast<size_t>(((i * A + j) * M + m) * C + c)] = float(acc);
-        }
+        for (int j = 0; j < A; ++j)
+          d[(i * A + j) * mf] = float(gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2]);
     }
-  u.data.reset(static_cast<size_t>(A * A * mf));
-  for (int xi = 0; xi < A * A; ++xi) {
-    if (blocked)  // U[ξ]ᵀ [C x M]: U[ξ] [M x C] read transposed
-      pack_b(g, C, M, plain.data() + xi * M * C, C, true, u.data.data() + xi * mf, 0, (M + g.nr - 1) / g.nr);
-    else
-      pack_a(g, M, C, plain.data() + xi * M * C, C, false, u.data.data() + xi * mf, 0, mp);
-  }
   return u;
 }
 
