@@ -1,8 +1,12 @@
 #include "core/pages.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -16,7 +20,85 @@ size_t page_round(size_t bytes) {
   static const size_t page = size_t(sysconf(_SC_PAGESIZE));
   return (bytes + page - 1) / page * page;
 }
+
+struct Recycler {
+  std::mutex mu;
+  int scopes = 0;
+  std::vector<std::pair<char*, size_t>> parked;  // page-rounded lengths
+  size_t parked_bytes = 0, reused_bytes = 0;
+};
+Recycler& recycler() {
+  static Recycler* r = new Recycler;  // never destroyed: blocks may be freed during static destruction
+  return *r;
+}
+
+// Parks block [p, p + len) when a scope is open and there is room; false: the caller unmaps it.
+bool park(void* p, size_t len) {
+  if (len < kRecycleMinBytes) return false;
+  Recycler& r = recycler();
+  std::lock_guard<std::mutex> lk(r.mu);
+  if (r.scopes == 0 || r.parked_bytes + len > kRecycleMaxBytes) return false;
+  r.parked.emplace_back(static_cast<char*>(p), len);
+  r.parked_bytes += len;
+  return true;
+}
+
+// A block of len bytes (page-rounded) made of parked pages where there are any, the rest fresh
+// (populated when asked); zero-filled. Null when nothing is parked or the OS refuses.
+void* take_parked(size_t len, bool populate) {
+  Recycler& r = recycler();
+  const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS;
+  char* dst = nullptr;
+  size_t off = 0;
+  {
+    std::lock_guard<std::mutex> lk(r.mu);
+    if (r.parked.empty()) return nullptr;
+    dst = static_cast<char*>(mmap(nullptr, len, prot, flags, -1, 0));  // the address range
+    if (dst == MAP_FAILED) return nullptr;
+    // Largest blocks first (fewer moves); a block's unused tail stays parked.
+    std::sort(r.parked.begin(), r.parked.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    while (off < len && !r.parked.empty()) {
+      auto [src, n] = r.parked.back();
+      const size_t take = std::min(n, len - off);
+      if (mremap(src, take, take, MREMAP_MAYMOVE | MREMAP_FIXED, dst + off) == MAP_FAILED) break;
+      r.parked.pop_back();
+      if (take < n) r.parked.emplace_back(src + take, n - take);
+      r.parked_bytes -= take;
+      r.reused_bytes += take;
+      off += take;
+    }
+  }
+  std::memset(dst, 0, off);  // the moved pages keep their old contents
+  if (off < len && populate)  // fresh pages for the rest, faulted in at once
+    mmap(dst + off, len - off, prot, flags | MAP_FIXED | MAP_POPULATE, -1, 0);
+  return dst;
+}
 }  // namespace
+
+RecycleScope::RecycleScope() {
+  Recycler& r = recycler();
+  std::lock_guard<std::mutex> lk(r.mu);
+  ++r.scopes;
+}
+
+RecycleScope::~RecycleScope() {
+  std::vector<std::pair<char*, size_t>> drop;
+  {
+    Recycler& r = recycler();
+    std::lock_guard<std::mutex> lk(r.mu);
+    if (--r.scopes == 0) {
+      drop.swap(r.parked);
+      r.parked_bytes = 0;
+    }
+  }
+  for (auto [p, n] : drop) munmap(p, n);
+}
+
+RecycleStats recycle_stats() {
+  Recycler& r = recycler();
+  std::lock_guard<std::mutex> lk(r.mu);
+  return RecycleStats{r.parked_bytes, r.reused_bytes};
+}
 
 bool huge_pages_wanted() {
   static const bool on = [] {
@@ -42,12 +124,16 @@ void* map_pages(size_t bytes, bool huge, bool populate) {
       return reinterpret_cast<void*>(a);
     }
   }
+  if (len >= kRecycleMinBytes)
+    if (void* p = take_parked(len, populate)) return p;
   void* p = mmap(nullptr, len, prot, flags | (populate ? MAP_POPULATE : 0), -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
 void unmap_pages(void* p, size_t bytes) {
-  if (p) munmap(p, page_round(bytes));
+  if (!p) return;
+  const size_t len = page_round(bytes);
+  if (!park(p, len)) munmap(p, len);
 }
 
 void* alloc_pages(size_t bytes) {

@@ -42,6 +42,30 @@ void* map_pages(size_t bytes, bool huge, bool populate = false);
 void unmap_pages(void* p, size_t bytes);
 bool huge_pages_wanted();  // BASALT_HUGE_PAGES is not "0"
 
+// Page recycling while a session's kernels are created. Packing a layer's weights allocates its
+// packed copy and then frees the original (an aligned copy of a misaligned weight, or one the
+// optimizer folded): fresh pages cost a fault-in and a zero-fill each, the freed ones go back to
+// the OS. Within a RecycleScope, freed mapped blocks of kRecycleMinBytes and up (at most
+// kRecycleMaxBytes in all) are parked instead, and map_pages builds new non-huge blocks from
+// parked pages first: mremap moves them (no copy) into place, and they are zeroed there, so a
+// block is zero-filled as always. Leaving the last scope unmaps whatever is still parked, so the
+// process holds no more than before once creation ends. Scopes nest and may be open in several
+// threads (sessions created at once share the parked blocks).
+constexpr size_t kRecycleMinBytes = size_t(256) << 10;
+constexpr size_t kRecycleMaxBytes = size_t(128) << 20;
+class RecycleScope {
+ public:
+  RecycleScope();
+  ~RecycleScope();
+  RecycleScope(const RecycleScope&) = delete;
+  RecycleScope& operator=(const RecycleScope&) = delete;
+};
+struct RecycleStats {
+  size_t parked_bytes = 0;    // parked now
+  size_t reused_bytes = 0;    // handed out again from parked pages, since the process started
+};
+RecycleStats recycle_stats();
+
 // A fixed-size, zero-filled array of trivially copyable T in such a block: packed weights.
 // reset(n) replaces the contents with n zeros (a fresh block, its pages populated at once: the
 // packing routine that follows writes every page).

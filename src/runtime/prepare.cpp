@@ -1,4 +1,5 @@
 // Kernel creation and preparation: the step between optimization and the first run.
+#include "core/pages.hpp"
 #include "core/mapped_file.hpp"
 #include "onnx/tensor_proto.hpp"
 #include "opt/graph_util.hpp"
@@ -140,9 +141,13 @@ static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, in
       if (in_place) m.weight_bytes_released_in_place += bytes;
     }
   };
-  parallel_for(pool, int64_t(todo.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) prepare_one(todo[size_t(i)]);
-  });
+  {
+    // The weights each packing frees become the pages of the next packed copies (core/pages.hpp).
+    RecycleScope recycle;
+    parallel_for(pool, int64_t(todo.size()), 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) prepare_one(todo[size_t(i)]);
+    });
+  }
   // The first failure in node order, whichever thread met it first.
   for (auto& pp : todo)
     if (pp.error) std::rethrow_exception(pp.error);

@@ -58,3 +58,61 @@ TEST(Pages, PageBufferSemantics) {
   EXPECT_TRUE(c.empty());
   EXPECT_EQ(c.data(), nullptr);
 }
+
+// Inside a RecycleScope, freed blocks are parked and new blocks are built from their pages: every
+// block still comes back zero-filled and writable to its end (also one larger than all parked
+// pages together, and one made of several parked blocks); closing the last scope unmaps what is
+// still parked. Outside a scope nothing is parked.
+TEST(Pages, RecycledBlocksAreZeroFilled) {
+  const size_t MB = size_t(1) << 20;
+  auto filled = [](size_t bytes, unsigned char v) {
+    auto* p = static_cast<unsigned char*>(basalt::alloc_pages(bytes));
+    EXPECT_NE(p, nullptr);
+    if (p) std::memset(p, v, bytes);
+    return p;
+  };
+  auto all_zero = [](const unsigned char* p, size_t bytes) {
+    for (size_t i = 0; i < bytes; i += 511)
+      if (p[i]) return false;
+    return p[bytes - 1] == 0;
+  };
+  const size_t before = basalt::recycle_stats().reused_bytes;
+  {
+    basalt::RecycleScope scope;
+    unsigned char* a = filled(3 * MB + 100, 0x11);
+    unsigned char* b = filled(2 * MB, 0x22);
+    basalt::free_pages(a, 3 * MB + 100);
+    basalt::free_pages(b, 2 * MB);
+    EXPECT_GE(basalt::recycle_stats().parked_bytes, 5 * MB);
+    {
+      basalt::RecycleScope nested;  // nesting keeps the parked blocks
+    }
+    EXPECT_GE(basalt::recycle_stats().parked_bytes, 5 * MB);
+    // smaller than a parked block: part of it; the rest stays parked
+    auto* c = static_cast<unsigned char*>(basalt::alloc_pages(MB + 7));
+    ASSERT_NE(c, nullptr);
+    EXPECT_TRUE(all_zero(c, MB + 7));
+    std::memset(c, 0x33, MB + 7);
+    // larger than what is left parked: parked pages plus fresh ones
+    const size_t big = 9 * MB + 3;
+    auto* d = static_cast<unsigned char*>(basalt::alloc_pages(big));
+    ASSERT_NE(d, nullptr);
+    EXPECT_TRUE(all_zero(d, big));
+    std::memset(d, 0x44, big);
+    EXPECT_EQ(d[big - 1], 0x44);
+    EXPECT_EQ(c[MB], 0x33);  // the blocks do not overlap
+    EXPECT_EQ(basalt::recycle_stats().parked_bytes, 0u);
+    EXPECT_GE(basalt::recycle_stats().reused_bytes - before, 5 * MB);
+    basalt::free_pages(c, MB + 7);
+    basalt::free_pages(d, big);
+    // below kRecycleMinBytes a block is unmapped at once
+    unsigned char* e = filled(basalt::kRecycleMinBytes / 2, 0x55);
+    const size_t parked = basalt::recycle_stats().parked_bytes;
+    basalt::free_pages(e, basalt::kRecycleMinBytes / 2);
+    EXPECT_EQ(basalt::recycle_stats().parked_bytes, parked);
+  }
+  EXPECT_EQ(basalt::recycle_stats().parked_bytes, 0u);
+  unsigned char* f = filled(4 * MB, 0x66);
+  basalt::free_pages(f, 4 * MB);
+  EXPECT_EQ(basalt::recycle_stats().parked_bytes, 0u);
+}
