@@ -123,22 +123,34 @@ WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, c
   float* out = u.data.data();
   const int64_t pw = blocked ? g.nr : g.mr;  // panel width
   const double(*G)[3] = tile == 4 ? kG4 : kG2;
-  // Panel by panel, input channel outside: each of the A² matrices' stores then run sequentially
-  // through the panel, and the panel's pw weight rows are read a line at a time.
-  for (int64_t m0 = 0; m0 < M; m0 += pw)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t m = m0; m < std::min(M, m0 + pw); ++m) {
-      const float* k = w + (m * C + c) * 9;
-      double gg[6][3];  // G g
+  // Panel by panel, input channel outside, the panel's pw output channels innermost: each of
+  // the A² matrices' stores then run sequentially through the panel, and the arithmetic is pw
+  // independent lanes the compiler vectorizes (ResNet-50 session creation, perf samples: 15% ->
+  // 5% of it).
+  constexpr int64_t kMaxPanel = 64;
+  if (pw > kMaxPanel) throw std::invalid_argument("winograd_pack_weights: panel wider than 64");
+  for (int64_t m0 = 0; m0 < M; m0 += pw) {
+    const int64_t nm = std::min(pw, M - m0);
+    float* panel = out + (m0 / pw) * C * pw;
+    for (int64_t c = 0; c < C; ++c) {
+      double kt[9][kMaxPanel];  // the 3x3 kernels of (m0 + mm, c), transposed
+      for (int64_t mm = 0; mm < nm; ++mm)
+        for (int t = 0; t < 9; ++t) kt[t][mm] = w[((m0 + mm) * C + c) * 9 + t];
+      double gg[6][3][kMaxPanel];  // G g
       for (int i = 0; i < A; ++i)
-        for (int kw = 0; kw < 3; ++kw) gg[i][kw] = G[i][0] * k[kw] + G[i][1] * k[3 + kw] + G[i][2] * k[6 + kw];
+        for (int kw = 0; kw < 3; ++kw)
+          for (int64_t mm = 0; mm < nm; ++mm)
+            gg[i][kw][mm] = G[i][0] * kt[kw][mm] + G[i][1] * kt[3 + kw][mm] + G[i][2] * kt[6 + kw][mm];
       // blocked: panel m / nr of B = U[ξ]ᵀ holds (k = c, column m % nr); else panel m / mr of A
-      // holds (row m % mr, k = c)
-      float* d = out + (m / pw) * C * pw + c * pw + m % pw;
+      // holds (row m % mr, k = c): either way the panel's row c is pw consecutive floats
       for (int i = 0; i < A; ++i)
-        for (int j = 0; j < A; ++j)
-          d[(i * A + j) * mf] = float(gg[i][0] * G[j][0] + gg[i][1] * G[j][1] + gg[i][2] * G[j][2]);
+        for (int j = 0; j < A; ++j) {
+          float* d = panel + (i * A + j) * mf + c * pw;
+          for (int64_t mm = 0; mm < nm; ++mm)
+            d[mm] = float(gg[i][0][mm] * G[j][0] + gg[i][1][mm] * G[j][1] + gg[i][2][mm] * G[j][2]);
+        }
     }
+  }
   return u;
 }
 
