@@ -21,6 +21,8 @@
 //   K*nr) floats apart, which the hardware prefetchers do not follow across pages.
 // - A constant operand (weights) is packed once at load (pack_a / pack_b into a PackedMatrix);
 //   the other is packed per call into caller-provided workspace.
+// - A B of at most kGemvMaxCols columns skips the tiles: GemmArch::panel_gemv runs a
+//   matrix-vector product per packed A panel (one pass over A with full-width vectors).
 //
 // Every ISA's path computes the same sums in the same K order up to FMA contraction, so results
 // differ between ISAs only by rounding (tests compare against the portable twin with a tolerance
