@@ -201,18 +201,24 @@ void sgemm(const GemmArch& g, int64_t M, int64_t N, int64_t K, const GemmOperand
   auto align16 = [](float* p) {
     return reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(p) + 63) & ~uintptr_t(63));
   };
+  // A read in place by the arch's plain-A kernel: no packing pass, and no extra pass over A
+  // before the product. BERT-base's 128x768 by 768x768 projection at 2 threads, microbenchmark:
+  // packing A was 8-10% of the call. Not for a few columns of B: the panel_gemv route below reads
+  // A packed.
+  const bool gemv = N <= kGemvMaxCols && !pb && g.panel_gemv;
+  const bool a_in_place = !gemv && !pa && !A.trans && g.ukernel_plain_a;
+  if (!pa && !a_in_place) {
+    float* dst = align16(w);
+    w = dst + packed_a_floats(g, M, K);
+    int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(K * g.mr, 1));
+    parallel_for(pool, mp, grain, [&](int64_t b, int64_t e) { pack_a(g, M, K, A.data, A.ld, A.trans, dst, b, e); });
+    pa = dst;
+  }
   // A few columns of B (a 1x1 convolution on a 1x1 image): panel_gemv streams each A panel once
   // with full vectors. The microkernel would multiply a whole nr-wide tile for them (64 columns
   // on AVX-512, N useful), after packing B into nr-wide zero-padded panels. DenseNet-121's
   // 1000x1024 classifier: 0.47 ms on the microkernel path.
-  if (N <= kGemvMaxCols && !pb && g.panel_gemv) {
-    if (!pa) {
-      float* dst = align16(w);
-      w = dst + packed_a_floats(g, M, K);
-      int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(K * g.mr, 1));
-      parallel_for(pool, mp, grain, [&](int64_t b, int64_t e) { pack_a(g, M, K, A.data, A.ld, A.trans, dst, b, e); });
-      pa = dst;
-    }
+  if (gemv) {  // A is packed by now
     float* xt = align16(w);  // the columns of op(B), each contiguous
     for (int64_t c = 0; c < N; ++c)
       for (int64_t k = 0; k < K; ++k) xt[c * K + k] = B.trans ? B.data[c * B.ld + k] : B.data[k * B.ld + c];
@@ -226,17 +232,6 @@ void sgemm(const GemmArch& g, int64_t M, int64_t N, int64_t K, const GemmOperand
       }
     });
     return;
-  }
-  // A read in place by the arch's plain-A kernel: no packing pass, and no extra pass over A
-  // before the product. BERT-base's 128x768 by 768x768 projection at 2 threads, microbenchmark:
-  // packing A was 8-10% of the call.
-  const bool a_in_place = !pa && !A.trans && g.ukernel_plain_a;
-  if (!pa && !a_in_place) {
-    float* dst = align16(w);
-    w = dst + packed_a_floats(g, M, K);
-    int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(K * g.mr, 1));
-    parallel_for(pool, mp, grain, [&](int64_t b, int64_t e) { pack_a(g, M, K, A.data, A.ld, A.trans, dst, b, e); });
-    pa = dst;
   }
   const bool b_in_place = !pb && B.in_place && !B.trans && g.reads_plain_b;
   if (!pb && !b_in_place) {
