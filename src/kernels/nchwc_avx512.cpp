@@ -50,7 +50,7 @@ inline __mmask16 valid_lanes(const ConvArgs& a, int64_t ob) { return first_lanes
 // (F blocks of ys_blk floats apart, P pixels of 16 floats); `first`: start from 0 instead.
 // Kept out of line with only what its loops need, so the accumulators, weights and pixel
 // pointers all stay in registers.
-// nt tiles in a row: tile i reads xp[p] + i * step and writes (and takes the residual at) y +
+// nt tiles in a row: tile i reads xp[p] + i * xstep and writes (and takes the residual at) y +
 // i * step. One call for a run of tiles pays the call and the set-up once: for 1x1 convs with
 // 16-32 input channels that was a fifth of a tile's time (Zen 4, MobileNetV2's 112x112 1x1 convs
 // 0.81 -> 0.65 ms per run, hot microbenchmark 70 -> 86 GFLOP/s).
@@ -67,7 +67,7 @@ template <int F, int P, bool PLAIN, bool RUN>
 __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t* taps, int64_t ntaps, int nic,
                                            int64_t xs_ic, const float* w0, float* y0, int64_t ys_blk, bool first,
                                            const float* pf0, int64_t pf_total, const TileEpilogue* epi0, int64_t nt,
-                                           int64_t step) {
+                                           int64_t step, int64_t xstep) {
   if constexpr (!RUN) nt = 1;  // a single tile: no loop (the code of the kernel before runs)
   for (int64_t i = 0; i < nt; ++i) {
     const float* w = w0;
@@ -88,7 +88,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
       for (int f = 0; f < F; ++f) acc[p][f] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + f * ys_blk + p * 16);
     const float* x[P];
 #pragma GCC unroll 16
-    for (int p = 0; p < P; ++p) x[p] = xp[p] + i * step;
+    for (int p = 0; p < P; ++p) x[p] = xp[p] + i * xstep;
     if (epi && epi->residual) {  // the epilogue's residual lines, in L1 by the time it reads them
 #pragma GCC unroll 4
       for (int f = 0; f < F; ++f)
@@ -151,10 +151,11 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
 // input offsets) x output blocks [ob, ob + F), input blocks [c0, c1). The input has no padding
 // (conv() copies it into a padded buffer first), so every tap of every pixel is inside it.
 // first: start from 0 (else from y); last: apply the epilogue. nt > 1: nt such tiles in a row,
-// the pixels' inputs 16 floats apart (the caller checks), so each tile's are P * 16 after the last.
+// the pixels' inputs evenly spaced, `xstep` floats from one tile's to the next's (the caller
+// checks).
 template <int F, int P, bool PLAIN>
 void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* pofs, int64_t ob, int64_t c0,
-          int64_t c1, bool first, bool last, const float* pf, int64_t pf_lines, int64_t nt = 1) {
+          int64_t c1, bool first, bool last, const float* pf, int64_t pf_lines, int64_t nt = 1, int64_t xstep = 0) {
   const Conv2dShape& s = *a.s;
   const int64_t KK = s.KH * s.KW;
   float* y = a.y + ob * a.ys_blk + pix0 * 16;
@@ -171,10 +172,10 @@ void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* p
   }
   if (nt > 1)
     tile_kernel<F, P, PLAIN, true>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
-                                   pf_lines, last ? &epi : nullptr, nt, P * 16);
+                                   pf_lines, last ? &epi : nullptr, nt, P * 16, xstep);
   else
     tile_kernel<F, P, PLAIN, false>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
-                                    pf_lines, last ? &epi : nullptr, 1, 0);
+                                    pf_lines, last ? &epi : nullptr, 1, 0, 0);
 }
 
 template <int F>
@@ -210,10 +211,14 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
     pofs[pix - p0] = oh * s.sh * a.xs_row + ow * s.sw * a.xs_pix;
     if (++ow == s.OW) ow = 0, ++oh;
   }
-  // Output pixels whose inputs are 16 floats apart (1x1, stride 1, no padding: the segment is one
-  // run of the image) run their full tiles in one kernel call.
-  bool linear = true;
-  for (int64_t k = 1; k < p1 - p0 && linear; ++k) linear = pofs[k] - pofs[0] == k * 16;
+  // Runs of output pixels whose inputs are evenly spaced (one output row, or the whole segment of
+  // a 1x1 stride-1 conv without padding): the run's full tiles go to one kernel call, which pays
+  // the call and the set-up once. run_end[k]: the last pixel of the run pixel p0 + k is in.
+  // Stems (a plain 3-channel input, 27 taps of 3x3) spent a fifth of a tile's time there.
+  const int64_t d = s.sw * a.xs_pix, n = p1 - p0;
+  int64_t run_end[kSegment];
+  run_end[n - 1] = n - 1;
+  for (int64_t k = n - 2; k >= 0; --k) run_end[k] = pofs[k + 1] - pofs[k] == d ? run_end[k + 1] : k;
   for (int64_t c0 = 0; c0 < a.ICB; c0 += chunk) {
     const int64_t c1 = std::min(a.ICB, c0 + chunk);
     const bool first = c0 == 0, last = c1 == a.ICB;
@@ -222,21 +227,24 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
     // segment; the later tiles find them in cache).
     const float* next = c1 < a.ICB ? a.cw->w.data() + (ob / 4) * a.wblk + c1 * s.KH * s.KW * 16 * F * 16 : nullptr;
     const int64_t next_lines = next ? (std::min(a.ICB, c1 + chunk) - c1) * s.KH * s.KW * F * 16 : 0;
-    const int64_t ntiles = (p1 - p0 + PM - 1) / PM;
-    int64_t pix = p0, i = 0;
-    if (linear) {
-      const int64_t nfull = (p1 - p0) / PM;
-      if (nfull > 0) {
-        const int64_t l1 = nfull * next_lines / ntiles;
-        tile<F, PM, PLAIN>(a, taps, pix, pofs, ob, c0, c1, first, last, next, l1, nfull);
-        pix += nfull * PM;
-        i = nfull;
+    const int64_t ntiles = (n + PM - 1) / PM;
+    for (int64_t pix = p0, i = 0; pix < p1;) {
+      const int64_t l0 = i * next_lines / ntiles;
+      const int64_t k = pix - p0, nrun = (run_end[k] - k + 1) / PM;  // full tiles in the run from pix
+      if (nrun >= 2) {
+        const int64_t l1 = (i + nrun) * next_lines / ntiles;
+        tile<F, PM, PLAIN>(a, taps, pix, pofs + k, ob, c0, c1, first, last, next ? next + l0 * 16 : nullptr, l1 - l0,
+                           nrun, PM * d);
+        pix += nrun * PM;
+        i += nrun;
+        continue;
       }
-    }
-    for (; pix < p1; pix += PM, ++i) {
-      const int64_t l0 = i * next_lines / ntiles, l1 = (i + 1) * next_lines / ntiles;
-      tiles_p<F, PM, PLAIN>(a, taps, pix, pofs + (pix - p0), std::min<int64_t>(PM, p1 - pix), ob, c0, c1, first, last,
+      // one tile (it may span rows: every pixel has its own input offset)
+      const int64_t l1 = (i + 1) * next_lines / ntiles;
+      tiles_p<F, PM, PLAIN>(a, taps, pix, pofs + k, std::min<int64_t>(PM, p1 - pix), ob, c0, c1, first, last,
                             next ? next + l0 * 16 : nullptr, l1 - l0);
+      pix += PM;
+      ++i;
     }
   }
 }
