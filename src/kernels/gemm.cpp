@@ -46,7 +46,7 @@ void panel_gemv_portable(int64_t K, const float* a, const float* x, int n, float
 
 const GemmArch kPortable{Isa::Portable, PMR, PNR, ukernel_portable, false, false, epilogue_tile_portable, nullptr,
                          panel_gemv_portable};
-const GemmArch kAvx2{Isa::Avx2, 6, 16, sgemm_ukernel_avx2, false, false, epilogue_tile_avx2, nullptr, panel_gemv_avx2};
+const GemmArch kAvx2{Isa::Avx2, 6, 16, sgemm_ukernel_avx2, true, false, epilogue_tile_avx2, nullptr, panel_gemv_avx2};
 const GemmArch kAvx512{Isa::Avx512, 6, 64, sgemm_ukernel_avx512, true, true, epilogue_tile_avx512,
                        sgemm_ukernel_plain_a_avx512, panel_gemv_avx512};
 

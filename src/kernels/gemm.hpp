@@ -14,7 +14,7 @@
 // - The driver tiles C into blocks handed out dynamically by parallel_for, loops K in blocks of
 //   kc (the B panel slice stays in L1, the A block in L2), and applies the epilogue to each tile
 //   with its last K block: inside the microkernel, on the registers before the store, where the
-//   ISA's kernel supports it (AVX-512), else as a pass over the tile while it is in cache.
+//   ISA's kernel supports it (AVX-512, AVX2), else as a pass over the tile while it is in cache.
 // - Operands too big for L2 (weights of big layers, large B matrices) are software-prefetched by
 //   the microkernel: the next A sliver into L1 and the next B slice into L2, a line per k step.
 //   The packed layouts make a K block of a panel contiguous, but consecutive panels lie K*mr (or
