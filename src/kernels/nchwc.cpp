@@ -91,6 +91,35 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
   return cw;
 }
 
+DenseStrides dense_strides(const ConvWeights& cw, const Conv2dShape& s) {
+  const int64_t H = s.H, W = s.W;
+  if (cw.plain_input) return {s.C * H * W, 16 * H * W, H * W, W, 1};
+  return {blocks(s.C) * H * W * 16, H * W * 16, 1, W * 16, 16};
+}
+
+std::vector<int64_t> dense_taps(const Conv2dShape& s, const DenseStrides& st) {
+  std::vector<int64_t> taps(size_t(blocks(s.C) * s.KH * s.KW));
+  for (int64_t icb = 0, i = 0; icb < blocks(s.C); ++icb)
+    for (int64_t kh = 0; kh < s.KH; ++kh)
+      for (int64_t kw = 0; kw < s.KW; ++kw) taps[size_t(i++)] = icb * st.blk + kh * s.dh * st.row + kw * s.dw * st.pix;
+  return taps;
+}
+
+void valid_taps(int64_t o, int64_t st, int64_t p, int64_t d, int64_t k, int64_t n, int64_t& k0, int64_t& k1) {
+  k0 = 0;
+  k1 = k;
+  while (k0 < k1 && o * st - p + k0 * d < 0) ++k0;
+  while (k1 > k0 && o * st - p + (k1 - 1) * d >= n) --k1;
+}
+
+void interior_cols(int64_t p, int64_t st, int64_t d, int64_t k, int64_t n, int64_t OW, int64_t& a, int64_t& b) {
+  a = p > 0 ? (p + st - 1) / st : 0;
+  const int64_t last_tap = (k - 1) * d - p;
+  b = n - 1 - last_tap >= 0 ? (n - 1 - last_tap) / st + 1 : 0;
+  a = std::min(a, OW);
+  b = std::clamp(b, a, OW);
+}
+
 ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s, int threads) {
   ConvTiling t;
   if (cw.depthwise) {
@@ -231,6 +260,7 @@ void conv(Isa isa, const ConvWeights& cw, const Conv2dShape& s, const float* x, 
   auto* fn = &conv_rows_portable;
 #if defined(__x86_64__)
   if (isa == Isa::Avx512) fn = &conv_rows_avx512;
+  else if (isa == Isa::Avx2) fn = &conv_rows_avx2;
 #endif
   Conv2dShape sp = s;
   if (needs_padding(cw, s)) {  // copy into a zero-padded buffer: the kernels then never test a tap
@@ -313,6 +343,7 @@ void to_blocked(Isa isa, const float* x, int64_t N, int64_t C, int64_t HW, float
     float* yb = y + (n * CB + cb) * HW * 16;
 #if defined(__x86_64__)
     if (isa == Isa::Avx512) return to_blocked_avx512(xs, nc, HW, yb, p0, p1);  // 16 x 16 register transposes
+    if (isa == Isa::Avx2) return to_blocked_avx2(xs, nc, HW, yb, p0, p1);      // 8 x 8 ones
 #endif
     for (int64_t p = p0; p < p1; ++p) {  // one contiguous write per pixel, 16 read streams
       float* yp = yb + p * 16;
@@ -331,6 +362,7 @@ void from_blocked(Isa isa, const float* x, int64_t N, int64_t C, int64_t HW, flo
     float* ys = y + (n * C + cb * 16) * HW;
 #if defined(__x86_64__)
     if (isa == Isa::Avx512) return from_blocked_avx512(xb, nc, HW, ys, p0, p1);
+    if (isa == Isa::Avx2) return from_blocked_avx2(xb, nc, HW, ys, p0, p1);
 #endif
     // 16 pixels at a time: each channel's 16 outputs are one contiguous run, and the block's
     // 16 x 16 inputs (1 KB) stay in L1 while the channels are written (reading channel-major over
@@ -385,6 +417,7 @@ void pool(Isa isa, const float* x, float* y, int64_t planes, const Pool2D& g, Th
   auto* fn = &pool_planes_portable;
 #if defined(__x86_64__)
   if (isa == Isa::Avx512) fn = &pool_planes_avx512;
+  else if (isa == Isa::Avx2) fn = &pool_planes_avx2;
 #endif
   const PoolTables t(g);
   parallel_for(tp, planes, 1, [&](int64_t p0, int64_t p1) { fn(x, y, p0, p1, g, t); });
@@ -398,8 +431,8 @@ void global_pool(Isa isa, bool avg, const float* x, int64_t N, int64_t C, int64_
       const int64_t n = b / CB, cb = b % CB, nc = std::min<int64_t>(16, C - cb * 16);
       const float* xb = x + b * HW * 16;
 #if defined(__x86_64__)
-      if (isa == Isa::Avx512) {
-        global_pool_avx512(avg, xb, nc, HW, y + n * C + cb * 16);
+      if (isa == Isa::Avx512 || isa == Isa::Avx2) {
+        (isa == Isa::Avx512 ? global_pool_avx512 : global_pool_avx2)(avg, xb, nc, HW, y + n * C + cb * 16);
         continue;
       }
 #endif
@@ -429,8 +462,8 @@ void scale_shift(Isa isa, const float* x, const float* scale, const float* shift
       const float* sc = scale + cb * 16;
       const float* sh = shift + cb * 16;
 #if defined(__x86_64__)
-      if (isa == Isa::Avx512) {
-        scale_shift_avx512(x + b * HW * 16, sc, sh, act, y + b * HW * 16, p0, p1);
+      if (isa == Isa::Avx512 || isa == Isa::Avx2) {
+        (isa == Isa::Avx512 ? scale_shift_avx512 : scale_shift_avx2)(x + b * HW * 16, sc, sh, act, y + b * HW * 16, p0, p1);
         continue;
       }
 #endif

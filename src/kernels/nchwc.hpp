@@ -112,7 +112,8 @@ void scale_shift(Isa isa, const float* x, const float* scale, const float* shift
 void conv_reference(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* residual,
                     const Activation& act, float* y);
 
-// Per-ISA entry points (nchwc.cpp = portable, nchwc_avx512.cpp); `conv` etc. dispatch to them.
+// Per-ISA entry points (nchwc.cpp = portable, nchwc_avx2.cpp, nchwc_avx512.cpp); `conv` etc.
+// dispatch to them.
 // Tasks [task0, task1) of tiling t (conv_tiling of the same cw and s).
 struct ConvTiling;
 void conv_rows_portable(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
@@ -129,6 +130,32 @@ void global_pool_avx512(bool avg, const float* xb, int64_t nc, int64_t HW, float
 void scale_shift_avx512(const float* xb, const float* scale, const float* shift, const Activation& act, float* yb,
                         int64_t p0, int64_t p1);
 void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
+// The same entry points for AVX2 (nchwc_avx2.cpp).
+void conv_rows_avx2(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
+                    const float* residual, const Activation& act, float* y, int64_t task0, int64_t task1);
+void to_blocked_avx2(const float* xs, int64_t nc, int64_t HW, float* yb, int64_t p0, int64_t p1);
+void from_blocked_avx2(const float* xb, int64_t nc, int64_t HW, float* ys, int64_t p0, int64_t p1);
+void global_pool_avx2(bool avg, const float* xb, int64_t nc, int64_t HW, float* y);
+void scale_shift_avx2(const float* xb, const float* scale, const float* shift, const Activation& act, float* yb,
+                      int64_t p0, int64_t p1);
+void pool_planes_avx2(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t);
+
+// Scalar set-up shared by the per-ISA dense and depthwise kernels (defined in nchwc.cpp, out of
+// line: the ISA files are compiled with other -m flags).
+// Input strides (floats) of a dense conv's input, per image, channel block, channel in a block,
+// row and pixel (a plain input: C planes; a blocked one: 16 floats a pixel).
+struct DenseStrides {
+  int64_t img, blk, ic, row, pix;
+};
+DenseStrides dense_strides(const ConvWeights& cw, const Conv2dShape& s);
+// The input offset of every (input block, kernel row, kernel column), in weight order.
+std::vector<int64_t> dense_taps(const Conv2dShape& s, const DenseStrides& st);
+// Taps [k0, k1) of a window of k taps (stride st, begin pad p, dilation d) at output o whose
+// input index o*st - p + t*d lies in [0, n).
+void valid_taps(int64_t o, int64_t st, int64_t p, int64_t d, int64_t k, int64_t n, int64_t& k0, int64_t& k1);
+// Output columns [a, b) of OW whose k taps (stride st, begin pad p, dilation d) all lie in the
+// input row of n columns; the columns before a and from b on have taps outside it.
+void interior_cols(int64_t p, int64_t st, int64_t d, int64_t k, int64_t n, int64_t OW, int64_t& a, int64_t& b);
 
 // Work split of conv: tasks [0, tasks(N)) cover every (image, channel group, row range).
 // Dense: groups of up to 4 output blocks, rows = segments of row_len consecutive output pixels

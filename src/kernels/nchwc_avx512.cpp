@@ -251,25 +251,6 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
 
 // ------------------------------------------------------------------ depthwise
 
-// Taps [k0, k1) of a window of k taps (stride st, begin pad p, dilation d) at output o whose input
-// index o*st - p + t*d lies in [0, n).
-void valid_taps(int64_t o, int64_t st, int64_t p, int64_t d, int64_t k, int64_t n, int64_t& k0, int64_t& k1) {
-  k0 = 0;
-  k1 = k;
-  while (k0 < k1 && o * st - p + k0 * d < 0) ++k0;
-  while (k1 > k0 && o * st - p + (k1 - 1) * d >= n) --k1;
-}
-
-// Output columns [a, b) of OW whose k taps (stride st, begin pad p, dilation d) all lie in the
-// input row of n columns; the columns before a and from b on have taps outside it.
-void interior_cols(int64_t p, int64_t st, int64_t d, int64_t k, int64_t n, int64_t OW, int64_t& a, int64_t& b) {
-  a = p > 0 ? (p + st - 1) / st : 0;
-  const int64_t last_tap = (k - 1) * d - p;
-  b = n - 1 - last_tap >= 0 ? (n - 1 - last_tap) / st + 1 : 0;
-  a = std::min(a, OW);
-  b = std::clamp(b, a, OW);
-}
-
 // Stores P depthwise outputs (row oh, columns ow0..): + residual, activation, padding lanes 0.
 template <int P>
 inline void dw_store(const Conv2dShape& s, const __m512* acc, const float* rb, const Activation& act, __mmask16 lanes,
@@ -408,26 +389,14 @@ void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const ConvTil
   a.ICB = ICB;
   a.ys_blk = s.OH * s.OW * 16;
   a.wblk = ICB * s.KH * s.KW * 16 * 64;
-  const int64_t H = s.H, W = s.W;
-  if (cw.plain_input) {
-    a.xs_blk = 16 * H * W;
-    a.xs_ic = H * W;
-    a.xs_row = W;
-    a.xs_pix = 1;
-  } else {
-    a.xs_blk = H * W * 16;
-    a.xs_ic = 1;
-    a.xs_row = W * 16;
-    a.xs_pix = 16;
-  }
-  const int64_t x_img = cw.plain_input ? s.C * H * W : ICB * H * W * 16;
-  const int64_t y_img = OB * s.OH * s.OW * 16;
+  const DenseStrides st = dense_strides(cw, s);
+  a.xs_blk = st.blk;
+  a.xs_ic = st.ic;
+  a.xs_row = st.row;
+  a.xs_pix = st.pix;
+  const int64_t x_img = st.img, y_img = OB * s.OH * s.OW * 16;
   if (t.row_len > kSegment) return;  // (conv_tiling and this file disagree: never)
-  // input offset of every (input block, kernel row, kernel column), in weight order
-  std::vector<int64_t> taps(size_t(ICB * s.KH * s.KW));
-  for (int64_t icb = 0, i = 0; icb < ICB; ++icb)
-    for (int64_t kh = 0; kh < s.KH; ++kh)
-      for (int64_t kw = 0; kw < s.KW; ++kw) taps[size_t(i++)] = icb * a.xs_blk + kh * s.dh * a.xs_row + kw * s.dw * a.xs_pix;
+  const std::vector<int64_t> taps = dense_taps(s, st);
   for (int64_t task = task0; task < task1; ++task) {
     int64_t n, grp, seg, seg1;
     t.decode(task, n, grp, seg, seg1);

@@ -59,7 +59,7 @@ bool two_d(const Node& n, const char* attr, size_t want) {
 
 void layout_nchwc(PassContext& ctx) {
   const char* kPattern = "NCHWc layout";
-  if (env_disabled() || kernels::best_isa() != kernels::Isa::Avx512) return;
+  if (env_disabled() || kernels::best_isa() < kernels::Isa::Avx2) return;
   Graph& g = ctx.graph;
   GraphIndex idx(g);
   const StaticShapes st = infer_static_shapes(g);

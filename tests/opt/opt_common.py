@@ -20,13 +20,15 @@ def op_counts(path):
     return counts
 
 
-def optimize(basalt, model, out, extra, standard_ops=False, timeout=1200):
-    """Runs `basalt optimize MODEL --level all --json --check -o OUT` (+ extra input options).
-    Returns (CompletedProcess, parsed JSON report or None when stdout is not JSON)."""
+def optimize(basalt, model, out, extra, standard_ops=False, timeout=1200, env=None):
+    """Runs `basalt optimize MODEL --level all --json --check -o OUT` (+ extra input options;
+    env: extra environment variables). Returns (CompletedProcess, parsed JSON report or None when
+    stdout is not JSON)."""
     cmd = [basalt, "optimize", model, "--level", "all", "--json", "--check", "-o", out] + extra
     if standard_ops:
         cmd.append("--standard-ops")
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, **env) if env else None)
     try:
         return p, json.loads(p.stdout)
     except json.JSONDecodeError:

@@ -856,7 +856,7 @@ TEST(OptimizerAffine, HardSwishNotMatchedWithOtherConstantsOrAnIntermediateInUse
 // reorders: within the pass's one-per-two-convs limit) runs on blocked tensors; reorders appear only where a plain op or a graph output reads a blocked value; every
 // value's shape stays known (the memory planner needs it) and the outputs equal level none's.
 TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
-  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  if (kernels::best_isa() < kernels::Isa::Avx2) GTEST_SKIP() << "the layout pass runs on AVX2 and AVX-512 CPUs only";
   Builder b;
   b.input("X", {1, 20, 15, 13});
   b.init("W1", random_tensor({24, 20, 1, 1}, 1));
@@ -905,7 +905,7 @@ TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
 // F(2x2) at 12x12, 72 output channels: a partial last block), inside the chain: no reorder
 // anywhere, and the outputs match the unoptimized model (NCHW Winograd and im2col there).
 TEST(OptimizerLayout, WinogradConvsStayInTheChain) {
-  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  if (kernels::best_isa() < kernels::Isa::Avx2) GTEST_SKIP() << "the layout pass runs on AVX2 and AVX-512 CPUs only";
   Builder b;
   b.input("X", {1, 3, 24, 24});
   b.init("W0", random_tensor({64, 3, 3, 3}, 1));
@@ -938,7 +938,7 @@ TEST(OptimizerLayout, WinogradConvsStayInTheChain) {
 // 32 outputs). Everything runs blocked with no reorder, and matches the unoptimized model. A batch
 // norm whose scale is a graph input is not converted (the chain ends there).
 TEST(OptimizerLayout, DenseBlockRunsBlocked) {
-  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  if (kernels::best_isa() < kernels::Isa::Avx2) GTEST_SKIP() << "the layout pass runs on AVX2 and AVX-512 CPUs only";
   for (bool fed_scale : {false, true}) {
     Builder b(15);
     b.input("X", {1, 3, 24, 24});
@@ -986,7 +986,7 @@ TEST(OptimizerLayout, DenseBlockRunsBlocked) {
 // An input whose channel count the model leaves open: 24 channels instead of the 20 the first conv
 // takes fill the same two blocks, and must still be an error naming the mismatch (not a result).
 TEST(OptimizerLayout, WrongChannelCountIsAnError) {
-  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  if (kernels::best_isa() < kernels::Isa::Avx2) GTEST_SKIP() << "the layout pass runs on AVX2 and AVX-512 CPUs only";
   Builder b;
   b.input("X", {1, 20, 9, 9});
   b.g->values[size_t(b.value("X"))].type.dims[1] = DimInfo{-1, "C"};
@@ -1011,7 +1011,7 @@ TEST(OptimizerLayout, WrongChannelCountIsAnError) {
 
 // Two convs with a reorder in and one out: the chain is not worth the reorders (stays NCHW).
 TEST(OptimizerLayout, ShortChainWithReordersStaysNchw) {
-  if (kernels::best_isa() != kernels::Isa::Avx512) GTEST_SKIP() << "the layout pass runs on AVX-512 CPUs only";
+  if (kernels::best_isa() < kernels::Isa::Avx2) GTEST_SKIP() << "the layout pass runs on AVX2 and AVX-512 CPUs only";
   Builder b;
   b.input("X", {1, 64, 9, 9});
   b.init("W1", random_tensor({128, 64, 1, 1}, 1));

@@ -1,0 +1,518 @@
+// Blocked-layout (NCHWc, block 16) kernels for AVX2: the schemes of nchwc_avx512.cpp with one
+// channel block held as two ymm (a `Blk`), for CPUs without AVX-512 (16 vector registers).
+//
+// Dense conv: a tile is P <= 6 output pixels x ONE output block (12 accumulators, the block's two
+// weight vectors and a broadcast: 15 of the 16 registers). A task's group of up to 4 output
+// blocks (the packed weight layout, dense_w_index) is walked block by block; for each, the input
+// channels go in chunks whose weights stay in L1 while the segment's tiles reuse them, partial
+// sums going to the output and back between chunks, as in the AVX-512 kernel. Every operand is
+// read in place: weights as two vector loads per input channel, inputs as broadcasts.
+// Depthwise, pools, layout conversions and the blocked scale/shift vectorize along the 16
+// channels of a pixel, two ymm at a time.
+#include "kernels/activation_avx2.hpp"
+#include "kernels/nchwc.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <immintrin.h>
+#include <limits>
+
+namespace basalt::kernels::nchwc {
+
+namespace {
+
+// ------------------------------------------------------------------ one channel block
+
+struct Blk {
+  __m256 lo, hi;  // channels 0-7, 8-15
+};
+
+inline Blk bload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline void bstore(float* p, Blk v) {
+  _mm256_storeu_ps(p, v.lo);
+  _mm256_storeu_ps(p + 8, v.hi);
+}
+inline Blk bzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline Blk bset1(float f) { return {_mm256_set1_ps(f), _mm256_set1_ps(f)}; }
+inline Blk badd(Blk a, Blk b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+inline Blk bfmadd(Blk a, Blk b, Blk c) { return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)}; }
+inline Blk bdiv(Blk a, __m256 d) { return {_mm256_div_ps(a.lo, d), _mm256_div_ps(a.hi, d)}; }
+// max(v, acc): v where v > acc, else acc (maxps returns its second operand when either is NaN:
+// a NaN v is skipped, as in the AVX-512 kernels; acc starts at -inf and so is never NaN).
+inline Blk bmax(Blk v, Blk acc) { return {_mm256_max_ps(v.lo, acc.lo), _mm256_max_ps(v.hi, acc.hi)}; }
+inline Blk bact(Blk v, const Activation& act) { return {act_ymm(v.lo, act), act_ymm(v.hi, act)}; }
+
+// The channels of a block that exist (the first n of 16): all-ones lanes, as float masks.
+struct Lanes {
+  __m256 lo, hi;
+};
+inline Lanes first_lanes(int64_t n) {
+  const __m256i t0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), t1 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+  const __m256i nn = _mm256_set1_epi32(int(std::clamp<int64_t>(n, 0, 16)));
+  return {_mm256_castsi256_ps(_mm256_cmpgt_epi32(nn, t0)), _mm256_castsi256_ps(_mm256_cmpgt_epi32(nn, t1))};
+}
+inline Blk bkeep(Blk v, const Lanes& m) { return {_mm256_and_ps(v.lo, m.lo), _mm256_and_ps(v.hi, m.hi)}; }
+
+// ------------------------------------------------------------------ dense conv
+
+struct ConvArgs {
+  const ConvWeights* cw;
+  const Conv2dShape* s;
+  const float* x;         // image n
+  const float* res;       // image n, or null
+  float* y;               // image n
+  int64_t xs_blk, xs_ic, xs_row, xs_pix;  // input strides (floats): channel block, channel in block, row, pixel
+  int64_t ys_blk;         // output stride between channel blocks
+  int64_t wblk;           // packed-weight floats per group of 4 output blocks
+  int64_t OB, ICB;
+  const Activation* act;
+};
+
+struct TileEpilogue {
+  const float* bias;      // the block's 16 channels
+  const float* residual;  // at the tile's first output, laid out like y; or null
+  const Activation* act;
+  Lanes valid;            // channels that exist in the block
+};
+
+// The inner product of one tile: P output pixels x one output block, over `ntaps` taps (an input
+// block and a kernel position: the input offsets in taps[]), each of NIC input channels (16 for a
+// blocked input, C for a plain one). xp[p]: pixel p's input at tap offset 0; w: the block's
+// weights of the first tap, the next input channel's `wic` floats on (the group's blocks are
+// interleaved: wic = 16 * blocks in the group), the next tap's 16 * wic. acc is loaded from /
+// stored to y (P pixels of 16 floats); `first`: start from 0 instead. nt tiles in a row (RUN):
+// tile i reads xp[p] + i * xstep and writes y + i * P * 16.
+template <int P, bool PLAIN, bool RUN>
+__attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t* taps, int64_t ntaps, int nic,
+                                           int64_t xs_ic, const float* w0, int64_t wic, float* y0, bool first,
+                                           const TileEpilogue* epi, int64_t nt, int64_t xstep) {
+  if constexpr (!RUN) nt = 1;
+  for (int64_t i = 0; i < nt; ++i) {
+    const float* w = w0;
+    float* y = y0 + i * P * 16;
+    const float* res = epi && epi->residual ? epi->residual + i * P * 16 : nullptr;
+    Blk acc[P];
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) acc[p] = first ? bzero() : bload(y + p * 16);
+    const float* x[P];
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) x[p] = xp[p] + i * xstep;
+    if constexpr (!PLAIN) nic = 16;
+    for (int64_t t = 0; t < ntaps; ++t, w += 16 * wic) {
+      const int64_t off = taps[t];
+      const float* wp = w;
+      // a constant channel count for blocked inputs and the usual RGB stem, so the loop unrolls
+      auto channels = [&]<int KN>() {
+        const int n = KN ? KN : nic;
+#pragma GCC unroll 4
+        for (int ic = 0; ic < n; ++ic, wp += wic) {
+          const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
+          const __m256 w_lo = _mm256_loadu_ps(wp), w_hi = _mm256_loadu_ps(wp + 8);
+#pragma GCC unroll 8
+          for (int p = 0; p < P; ++p) {
+            const __m256 b = _mm256_broadcast_ss(x[p] + o);
+            acc[p].lo = _mm256_fmadd_ps(b, w_lo, acc[p].lo);
+            acc[p].hi = _mm256_fmadd_ps(b, w_hi, acc[p].hi);
+          }
+        }
+      };
+      if constexpr (!PLAIN) channels.template operator()<16>();
+      else if (nic == 3) channels.template operator()<3>();
+      else channels.template operator()<0>();
+    }
+    if (epi) {
+      const Blk b = bload(epi->bias);
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        Blk v = badd(acc[p], b);
+        if (res) v = badd(v, bload(res + p * 16));
+        acc[p] = bkeep(bact(v, *epi->act), epi->valid);
+      }
+    }
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) bstore(y + p * 16, acc[p]);
+  }
+}
+
+constexpr int kPixels = 6;                // pixels per tile
+constexpr int64_t kChunkFloats = 4096;    // weight floats of one block per input chunk (16 KB of L1)
+constexpr int64_t kSegment = 120;         // the most ConvTiling::row_len of dense convs (nchwc.cpp)
+
+// One tile of n <= kPixels pixels (their input offsets in pofs), or nt full tiles in a run.
+template <bool PLAIN>
+void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* pofs, int n, int64_t ob, int64_t fg,
+          int64_t f, int64_t c0, int64_t c1, bool first, bool last, int64_t nt, int64_t xstep) {
+  const Conv2dShape& s = *a.s;
+  const int64_t KK = s.KH * s.KW;
+  float* y = a.y + ob * a.ys_blk + pix0 * 16;
+  const float* xp[kPixels];
+  for (int p = 0; p < n; ++p) xp[p] = a.x + pofs[p];
+  // dense_w_index: group (ob / 4) of fg blocks, input block c0, tap 0, channel 0, block f
+  const float* w = a.cw->w.data() + (ob / 4) * a.wblk + c0 * KK * 16 * fg * 16 + f * 16;
+  const int nic = PLAIN ? int(std::min<int64_t>(16, s.C)) : 16;
+  TileEpilogue epi;
+  if (last) {
+    epi.bias = a.cw->bias.data() + ob * 16;
+    epi.residual = a.res ? a.res + ob * a.ys_blk + pix0 * 16 : nullptr;
+    epi.act = a.act;
+    epi.valid = first_lanes(s.M - ob * 16);
+  }
+  const int64_t* tp = taps + c0 * KK;
+  const int64_t ntaps = (c1 - c0) * KK, wic = fg * 16;
+  const TileEpilogue* e = last ? &epi : nullptr;
+  if (nt > 1) return tile_kernel<kPixels, PLAIN, true>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, nt, xstep);
+  switch (n) {
+    case 1: return tile_kernel<1, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 2: return tile_kernel<2, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 3: return tile_kernel<3, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 4: return tile_kernel<4, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 5: return tile_kernel<5, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
+    default: return tile_kernel<6, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
+  }
+}
+
+// Output pixels [p0, p1) of the image, the group's blocks [ob, ob + fg) one after the other:
+// input-block chunks outside the tiles, so the chunk's weights stay in L1 over the segment.
+template <bool PLAIN>
+void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob0, int64_t fg, int64_t p0, int64_t p1) {
+  const Conv2dShape& s = *a.s;
+  const int64_t chunk = std::max<int64_t>(1, kChunkFloats / (s.KH * s.KW * 256));
+  int64_t pofs[kSegment];  // input offset of each output pixel's first tap
+  for (int64_t pix = p0, oh = p0 / s.OW, ow = p0 % s.OW; pix < p1; ++pix) {
+    pofs[pix - p0] = oh * s.sh * a.xs_row + ow * s.sw * a.xs_pix;
+    if (++ow == s.OW) ow = 0, ++oh;
+  }
+  // Runs of evenly spaced inputs (as in nchwc_avx512.cpp): run_end[k] is the last pixel of the
+  // run pixel p0 + k is in; a run's full tiles go to one kernel call.
+  const int64_t d = s.sw * a.xs_pix, n = p1 - p0;
+  int64_t run_end[kSegment];
+  run_end[n - 1] = n - 1;
+  for (int64_t k = n - 2; k >= 0; --k) run_end[k] = pofs[k + 1] - pofs[k] == d ? run_end[k + 1] : k;
+  for (int64_t f = 0; f < fg; ++f)
+    for (int64_t c0 = 0; c0 < a.ICB; c0 += chunk) {
+      const int64_t c1 = std::min(a.ICB, c0 + chunk);
+      const bool first = c0 == 0, last = c1 == a.ICB;
+      for (int64_t pix = p0; pix < p1;) {
+        const int64_t k = pix - p0, nrun = (run_end[k] - k + 1) / kPixels;
+        if (nrun >= 2) {
+          tile<PLAIN>(a, taps, pix, pofs + k, kPixels, ob0 + f, fg, f, c0, c1, first, last, nrun, kPixels * d);
+          pix += nrun * kPixels;
+          continue;
+        }
+        const int np = int(std::min<int64_t>(kPixels, p1 - pix));  // (may span rows)
+        tile<PLAIN>(a, taps, pix, pofs + k, np, ob0 + f, fg, f, c0, c1, first, last, 1, 0);
+        pix += np;
+      }
+    }
+}
+
+// ------------------------------------------------------------------ depthwise
+
+struct DwArgs {
+  const Conv2dShape* s;
+  const float* xb;   // the input plane of the block
+  const float* wb;   // the block's weights [KH][KW][16]
+  Blk bias;
+  const float* rb;   // the residual plane, or null
+  const Activation* act;
+  Lanes valid;
+  float* yb;
+};
+
+inline void dw_store(const DwArgs& d, Blk v, int64_t oh, int64_t ow) {
+  const int64_t o = (oh * d.s->OW + ow) * 16;
+  if (d.rb) v = badd(v, bload(d.rb + o));
+  bstore(d.yb + o, bkeep(bact(v, *d.act), d.valid));
+}
+
+// P interior outputs of row oh from column ow0 on, kernel rows [kh0, kh1).
+template <int P>
+void dw_tile(const DwArgs& d, int64_t oh, int64_t ow0, int64_t kh0, int64_t kh1) {
+  const Conv2dShape& s = *d.s;
+  Blk acc[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = d.bias;
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* xr = d.xb + (oh * s.sh - s.pt + kh * s.dh) * s.W * 16;
+    for (int64_t kw = 0; kw < s.KW; ++kw) {
+      const Blk w = bload(d.wb + (kh * s.KW + kw) * 16);
+      const float* xp = xr + (ow0 * s.sw - s.pl + kw * s.dw) * 16;
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) acc[p] = bfmadd(bload(xp + p * s.sw * 16), w, acc[p]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) dw_store(d, acc[p], oh, ow0 + p);
+}
+
+void dw_edge(const DwArgs& d, int64_t oh, int64_t ow, int64_t kh0, int64_t kh1) {
+  const Conv2dShape& s = *d.s;
+  Blk acc = d.bias;
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* xr = d.xb + (oh * s.sh - s.pt + kh * s.dh) * s.W * 16;
+    for (int64_t kw = 0; kw < s.KW; ++kw) {
+      const int64_t iw = ow * s.sw - s.pl + kw * s.dw;
+      if (iw < 0 || iw >= s.W) continue;
+      acc = bfmadd(bload(xr + iw * 16), bload(d.wb + (kh * s.KW + kw) * 16), acc);
+    }
+  }
+  dw_store(d, acc, oh, ow);
+}
+
+constexpr int kDwPixels = 6;  // 12 accumulators, a weight and an input block: 16 registers
+
+void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* res, const Activation& act,
+             float* y, int64_t n, int64_t cb, int64_t r0, int64_t r1) {
+  const int64_t CB = blocks(s.C);
+  const int64_t yo = (n * CB + cb) * s.OH * s.OW * 16;
+  DwArgs d;
+  d.s = &s;
+  d.xb = x + (n * CB + cb) * s.H * s.W * 16;
+  d.wb = cw.w.data() + cb * s.KH * s.KW * 16;
+  d.bias = bload(cw.bias.data() + cb * 16);
+  d.rb = res ? res + yo : nullptr;
+  d.act = &act;
+  d.valid = first_lanes(s.C - cb * 16);
+  d.yb = y + yo;
+  int64_t owa, owb;
+  interior_cols(s.pl, s.sw, s.dw, s.KW, s.W, s.OW, owa, owb);
+  for (int64_t oh = r0; oh < r1; ++oh) {
+    int64_t kh0, kh1;
+    valid_taps(oh, s.sh, s.pt, s.dh, s.KH, s.H, kh0, kh1);
+    for (int64_t ow = 0; ow < owa; ++ow) dw_edge(d, oh, ow, kh0, kh1);
+    int64_t ow = owa;
+    for (; ow + kDwPixels <= owb; ow += kDwPixels) dw_tile<kDwPixels>(d, oh, ow, kh0, kh1);
+    switch (owb - ow) {
+      case 5: dw_tile<5>(d, oh, ow, kh0, kh1); break;
+      case 4: dw_tile<4>(d, oh, ow, kh0, kh1); break;
+      case 3: dw_tile<3>(d, oh, ow, kh0, kh1); break;
+      case 2: dw_tile<2>(d, oh, ow, kh0, kh1); break;
+      case 1: dw_tile<1>(d, oh, ow, kh0, kh1); break;
+      default: break;
+    }
+    for (ow = owb; ow < s.OW; ++ow) dw_edge(d, oh, ow, kh0, kh1);
+  }
+}
+
+}  // namespace
+
+void conv_rows_avx2(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
+                    const float* residual, const Activation& act, float* y, int64_t task0, int64_t task1) {
+  if (cw.depthwise) {
+    for (int64_t task = task0; task < task1; ++task) {
+      int64_t n, cb, r0, r1;
+      t.decode(task, n, cb, r0, r1);
+      dw_task(cw, s, x, residual, act, y, n, cb, r0, r1);
+    }
+    return;
+  }
+  const int64_t OB = blocks(s.M), ICB = blocks(s.C);
+  ConvArgs a;
+  a.cw = &cw;
+  a.s = &s;
+  a.act = &act;
+  a.OB = OB;
+  a.ICB = ICB;
+  a.ys_blk = s.OH * s.OW * 16;
+  a.wblk = ICB * s.KH * s.KW * 16 * 64;
+  const DenseStrides st = dense_strides(cw, s);
+  a.xs_blk = st.blk;
+  a.xs_ic = st.ic;
+  a.xs_row = st.row;
+  a.xs_pix = st.pix;
+  const int64_t x_img = st.img, y_img = OB * s.OH * s.OW * 16;
+  if (t.row_len > kSegment) return;  // (conv_tiling and this file disagree: never)
+  const std::vector<int64_t> taps = dense_taps(s, st);
+  for (int64_t task = task0; task < task1; ++task) {
+    int64_t n, grp, seg, seg1;
+    t.decode(task, n, grp, seg, seg1);
+    const int64_t p0 = seg * t.row_len, p1 = std::min(s.OH * s.OW, p0 + t.row_len);
+    a.x = x + n * x_img;
+    a.y = y + n * y_img;
+    a.res = residual ? residual + n * y_img : nullptr;
+    const int64_t ob = grp * 4, fg = std::min<int64_t>(4, OB - ob);
+    if (cw.plain_input) conv_segment<true>(a, taps.data(), ob, fg, p0, p1);
+    else conv_segment<false>(a, taps.data(), ob, fg, p0, p1);
+  }
+}
+
+// ------------------------------------------------------------------ layout conversions
+
+namespace {
+
+// In-register transpose of an 8 x 8 float block: r[i] lane j <- r[j] lane i.
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+#pragma GCC unroll 2
+  for (int g = 0; g < 2; ++g) {
+    u[4 * g] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+    r[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+  }
+}
+
+}  // namespace
+
+void to_blocked_avx2(const float* xs, int64_t nc, int64_t HW, float* yb, int64_t p0, int64_t p1) {
+  int64_t q = p0;
+  if (nc == 16) {  // 8 pixels x 16 channels: two 8 x 8 transposes
+    __m256 r[8];
+    for (; q + 8 <= p1; q += 8)
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) r[c] = _mm256_loadu_ps(xs + (h * 8 + c) * HW + q);
+        transpose8(r);
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; ++p) _mm256_storeu_ps(yb + (q + p) * 16 + h * 8, r[p]);
+      }
+  }
+  for (; q < p1; ++q) {  // tail pixels, or a partial last block (padding channels 0)
+    float* yp = yb + q * 16;
+    for (int64_t c = 0; c < nc; ++c) yp[c] = xs[c * HW + q];
+    for (int64_t c = nc; c < 16; ++c) yp[c] = 0.f;
+  }
+}
+
+void from_blocked_avx2(const float* xb, int64_t nc, int64_t HW, float* ys, int64_t p0, int64_t p1) {
+  int64_t q = p0;
+  if (nc == 16) {
+    __m256 r[8];
+    for (; q + 8 <= p1; q += 8)
+      for (int h = 0; h < 2; ++h) {
+#pragma GCC unroll 8
+        for (int p = 0; p < 8; ++p) r[p] = _mm256_loadu_ps(xb + (q + p) * 16 + h * 8);
+        transpose8(r);
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; ++c) _mm256_storeu_ps(ys + (h * 8 + c) * HW + q, r[c]);
+      }
+  }
+  for (; q < p1; q += 16) {  // 16 pixels at a time, channel by channel (as the portable loop)
+    const int64_t qe = std::min(p1, q + 16);
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t p = q; p < qe; ++p) ys[c * HW + p] = xb[p * 16 + c];
+  }
+}
+
+// ------------------------------------------------------------------ pooling
+
+namespace {
+
+// Output pixels [ow, ow + P) of row oh whose taps all lie inside the input row: P independent
+// accumulators, the same operations in the same tap order as the general loop, so the same results.
+template <int P>
+void pool_interior(const float* xp, float* yp, const Pool2D& g, const PoolTables& t, int64_t oh, int64_t ow, int64_t kh0,
+                   int64_t kh1) {
+  Blk acc[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = g.avg ? bzero() : bset1(-std::numeric_limits<float>::infinity());
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* xr = xp + ((oh * g.sh - g.ph + kh * g.dh) * g.W + ow * g.sw - g.pw) * 16;
+    for (int64_t kw = 0; kw < g.kw; ++kw) {
+      const float* xk = xr + kw * g.dw * 16;
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        const Blk v = bload(xk + p * g.sw * 16);
+        acc[p] = g.avg ? badd(acc[p], v) : bmax(v, acc[p]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) {
+    Blk r = acc[p];
+    if (g.avg) {
+      const size_t o = size_t(ow + p);
+      const float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[o] : t.cnt_h[size_t(oh)] * t.cnt_w[o];
+      r = bdiv(r, _mm256_set1_ps(cnt));
+    }
+    bstore(yp + (oh * g.OW + ow + p) * 16, r);
+  }
+}
+
+}  // namespace
+
+void pool_planes_avx2(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t) {
+  constexpr int P = 6;
+  int64_t owa, owb;
+  interior_cols(g.pw, g.sw, g.dw, g.kw, g.W, g.OW, owa, owb);
+  for (int64_t pl = p0; pl < p1; ++pl) {
+    const float* xp = x + pl * g.H * g.W * 16;
+    float* yp = y + pl * g.OH * g.OW * 16;
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      int64_t kh0, kh1;
+      valid_taps(oh, g.sh, g.ph, g.dh, g.kh, g.H, kh0, kh1);
+      auto pixel = [&](int64_t ow) {
+        Blk acc = g.avg ? bzero() : bset1(-std::numeric_limits<float>::infinity());
+        bool any = false;
+        for (int64_t kh = kh0; kh < kh1; ++kh) {
+          const float* xr = xp + (oh * g.sh - g.ph + kh * g.dh) * g.W * 16;
+          for (int64_t kw = 0; kw < g.kw; ++kw) {
+            const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+            if (iw < 0 || iw >= g.W) continue;
+            const Blk v = bload(xr + iw * 16);
+            any = true;
+            acc = g.avg ? badd(acc, v) : bmax(v, acc);
+          }
+        }
+        if (g.avg) {
+          const float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[size_t(ow)]
+                                                : t.cnt_h[size_t(oh)] * t.cnt_w[size_t(ow)];
+          acc = cnt > 0 ? bdiv(acc, _mm256_set1_ps(cnt)) : bzero();
+        } else if (!any) {
+          acc = bzero();
+        }
+        bstore(yp + (oh * g.OW + ow) * 16, acc);
+      };
+      if (kh1 <= kh0) {  // no row of the window inside the input: the general loop's zeros
+        for (int64_t ow = 0; ow < g.OW; ++ow) pixel(ow);
+        continue;
+      }
+      for (int64_t ow = 0; ow < owa; ++ow) pixel(ow);
+      int64_t ow = owa;
+      for (; ow + P <= owb; ow += P) pool_interior<P>(xp, yp, g, t, oh, ow, kh0, kh1);
+      for (; ow < owb; ++ow) pool_interior<1>(xp, yp, g, t, oh, ow, kh0, kh1);
+      for (ow = owb; ow < g.OW; ++ow) pixel(ow);
+    }
+  }
+}
+
+void global_pool_avx2(bool avg, const float* xb, int64_t nc, int64_t HW, float* y) {
+  // Two independent chains per half block (one add or max a pixel would be latency bound).
+  const Blk init = avg ? bzero() : bset1(-std::numeric_limits<float>::infinity());
+  Blk a0 = init, a1 = init;
+  int64_t p = 0;
+  for (; p + 2 <= HW; p += 2) {
+    const float* q = xb + p * 16;
+    if (avg) {
+      a0 = badd(a0, bload(q));
+      a1 = badd(a1, bload(q + 16));
+    } else {
+      a0 = bmax(bload(q), a0);
+      a1 = bmax(bload(q + 16), a1);
+    }
+  }
+  if (p < HW) a0 = avg ? badd(a0, bload(xb + p * 16)) : bmax(bload(xb + p * 16), a0);
+  Blk r = avg ? badd(a0, a1) : bmax(a0, a1);
+  if (avg) r = bdiv(r, _mm256_set1_ps(float(HW)));
+  alignas(32) float out[16];
+  bstore(out, r);
+  std::memcpy(y, out, size_t(nc) * sizeof(float));
+}
+
+void scale_shift_avx2(const float* xb, const float* scale, const float* shift, const Activation& act, float* yb,
+                      int64_t p0, int64_t p1) {
+  const Blk sc = bload(scale), sh = bload(shift);
+  for (int64_t p = p0; p < p1; ++p) bstore(yb + p * 16, bact(bfmadd(bload(xb + p * 16), sc, sh), act));
+}
+
+}  // namespace basalt::kernels::nchwc
