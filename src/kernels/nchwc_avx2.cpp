@@ -16,6 +16,7 @@
 #include <cstring>
 #include <immintrin.h>
 #include <limits>
+#include <utility>
 
 namespace basalt::kernels::nchwc {
 
@@ -245,6 +246,39 @@ void dw_tile(const DwArgs& d, int64_t oh, int64_t ow0, int64_t kh0, int64_t kh1)
   for (int p = 0; p < P; ++p) dw_store(d, acc[p], oh, ow0 + p);
 }
 
+// dw_tile for 3-wide kernel rows at dilation 1 and stride SW (1 or 2: MobileNet's 3x3 depthwise
+// convs), as in nchwc_avx512.cpp: each input block of a kernel row is loaded once and feeds every
+// output it is a tap of, (P - 1) * SW + 3 loads per kernel row where dw_tile makes 3P.
+template <int P, int SW>
+void dw_tile_k3(const DwArgs& d, int64_t oh, int64_t ow0, int64_t kh0, int64_t kh1) {
+  const Conv2dShape& s = *d.s;
+  Blk acc[P];
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) acc[p] = d.bias;
+  for (int64_t kh = kh0; kh < kh1; ++kh) {
+    const float* xp = d.xb + ((oh * s.sh - s.pt + kh * s.dh) * s.W + ow0 * SW - s.pl) * 16;
+    const Blk w0 = bload(d.wb + kh * 48), w1 = bload(d.wb + kh * 48 + 16), w2 = bload(d.wb + kh * 48 + 32);
+    auto tap = [&]<int i>() {
+      const Blk v = bload(xp + i * 16);
+      if constexpr (i % SW == 0 && i / SW < P) acc[i / SW] = bfmadd(v, w0, acc[i / SW]);
+      if constexpr (i >= 1 && (i - 1) % SW == 0 && (i - 1) / SW < P) acc[(i - 1) / SW] = bfmadd(v, w1, acc[(i - 1) / SW]);
+      if constexpr (i >= 2 && (i - 2) % SW == 0 && (i - 2) / SW < P) acc[(i - 2) / SW] = bfmadd(v, w2, acc[(i - 2) / SW]);
+    };
+    [&]<int... J>(std::integer_sequence<int, J...>) { (tap.template operator()<J>(), ...); }(
+        std::make_integer_sequence<int, (P - 1) * SW + 3>{});
+  }
+#pragma GCC unroll 8
+  for (int p = 0; p < P; ++p) dw_store(d, acc[p], oh, ow0 + p);
+}
+
+template <int P>
+void dw_tiles(const DwArgs& d, int64_t oh, int64_t ow0, int64_t kh0, int64_t kh1) {
+  const Conv2dShape& s = *d.s;
+  if (s.KW == 3 && s.dw == 1 && s.sw == 1) return dw_tile_k3<P, 1>(d, oh, ow0, kh0, kh1);
+  if (s.KW == 3 && s.dw == 1 && s.sw == 2) return dw_tile_k3<P, 2>(d, oh, ow0, kh0, kh1);
+  dw_tile<P>(d, oh, ow0, kh0, kh1);
+}
+
 void dw_edge(const DwArgs& d, int64_t oh, int64_t ow, int64_t kh0, int64_t kh1) {
   const Conv2dShape& s = *d.s;
   Blk acc = d.bias;
@@ -281,13 +315,13 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
     valid_taps(oh, s.sh, s.pt, s.dh, s.KH, s.H, kh0, kh1);
     for (int64_t ow = 0; ow < owa; ++ow) dw_edge(d, oh, ow, kh0, kh1);
     int64_t ow = owa;
-    for (; ow + kDwPixels <= owb; ow += kDwPixels) dw_tile<kDwPixels>(d, oh, ow, kh0, kh1);
+    for (; ow + kDwPixels <= owb; ow += kDwPixels) dw_tiles<kDwPixels>(d, oh, ow, kh0, kh1);
     switch (owb - ow) {
-      case 5: dw_tile<5>(d, oh, ow, kh0, kh1); break;
-      case 4: dw_tile<4>(d, oh, ow, kh0, kh1); break;
-      case 3: dw_tile<3>(d, oh, ow, kh0, kh1); break;
-      case 2: dw_tile<2>(d, oh, ow, kh0, kh1); break;
-      case 1: dw_tile<1>(d, oh, ow, kh0, kh1); break;
+      case 5: dw_tiles<5>(d, oh, ow, kh0, kh1); break;
+      case 4: dw_tiles<4>(d, oh, ow, kh0, kh1); break;
+      case 3: dw_tiles<3>(d, oh, ow, kh0, kh1); break;
+      case 2: dw_tiles<2>(d, oh, ow, kh0, kh1); break;
+      case 1: dw_tiles<1>(d, oh, ow, kh0, kh1); break;
       default: break;
     }
     for (ow = owb; ow < s.OW; ++ow) dw_edge(d, oh, ow, kh0, kh1);
