@@ -82,6 +82,17 @@ struct MemoryStats {
   uint64_t dynamic_pool_peak_bytes = 0;  // largest idle + in use so far
 };
 
+// The session's thread pool (Session::pool_stats): counters since the pool was created (for a
+// shared pool, over every session using it), to tell a busy machine from a slow kernel.
+struct ThreadPoolStats {
+  int threads = 1;               // threads working on a parallel_for, the caller included
+  int spin_us = 0;               // bounded spin before sleeping
+  bool shared = false;           // the process-wide pool (SessionOptions::shared_pool)
+  uint64_t busy_detections = 0;  // times the pool found another process wanting the cores
+  uint64_t preempted_spins = 0;  // spinning pool threads found descheduled
+  uint64_t apart_moves = 0;      // times the workers were moved off the caller's core (busy machine)
+};
+
 // The memory plan of one input-shape signature (Session::plan_memory, `basalt plan`).
 struct MemoryPlanReport {
   std::string key;                    // canonical input signature
@@ -138,6 +149,7 @@ class Session {
 
   // Counters and sizes; cheap, thread-safe.
   MemoryStats memory_stats() const;
+  ThreadPoolStats pool_stats() const;
 
   // Plans the memory of a run with these input shapes without running (and caches the plan).
   // Inputs not named keep their default (initializer) or their fixed dims; an input with

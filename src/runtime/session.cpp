@@ -418,6 +418,18 @@ std::shared_ptr<const MemoryPlan> Session::Impl::plan_for(const std::vector<std:
   }
 }
 
+ThreadPoolStats Session::pool_stats() const {
+  ThreadPoolStats s;
+  const ThreadPool& p = *impl_->pool;
+  s.threads = p.threads();
+  s.spin_us = p.spin_us();
+  s.shared = impl_->opts.shared_pool;
+  s.busy_detections = p.busy_detections();
+  s.preempted_spins = p.preempted_spins();
+  s.apart_moves = p.apart_moves();
+  return s;
+}
+
 MemoryStats Session::memory_stats() const {
   MemoryStats s;
   const Model& m = *impl_->model;

@@ -58,7 +58,34 @@ void ThreadPool::note_preempted(int64_t now) {
   if (++window_count_ >= kBusyPreemptions) note_busy(now);
 }
 
+// Runnable threads on the whole machine now: the fourth field of /proc/loadavg ("R/T"), the
+// scheduler's count of tasks running or waiting for a core. -1 when unreadable.
+static int64_t runnable_now() {
+  int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char buf[128];
+  ssize_t r = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (r <= 0) return -1;
+  buf[r] = 0;
+  const char* p = buf;
+  for (int field = 0; field < 3; ++field) {  // skip the three load averages
+    while (*p && *p != ' ') ++p;
+    while (*p == ' ') ++p;
+  }
+  char* end = nullptr;
+  long long n = std::strtoll(p, &end, 10);
+  return end && *end == '/' ? n : -1;
+}
+
+// A sign of a busy machine counts only while more threads are runnable than this pool has: our
+// own threads can also make a worker wait for a core (woken onto the core of a caller that is
+// still busy with its chunks), and so can a hypervisor that deschedules the virtual CPU, and
+// neither is another process that wants the cores. On a 2-vCPU VM, 0-2 false detections per
+// process run came from there, each turning off spinning and moving the workers for 200 ms.
 void ThreadPool::note_busy(int64_t now) {
+  const int64_t runnable = runnable_now();
+  if (runnable >= 0 && runnable <= threads_) return;
   busy_detections_.fetch_add(1, std::memory_order_relaxed);
   busy_until_ns_.store(now + kBusyNs, std::memory_order_relaxed);
 }

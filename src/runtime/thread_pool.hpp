@@ -14,7 +14,9 @@
 //   sleeping caller hands its core to the other process, and the rest of the run queues for one).
 //   Signs of a busy machine: a worker that spent over a quarter of the last >= 20 ms waiting in
 //   the run queue (/proc/thread-self/schedstat), or spinning threads found preempted 4 times in
-//   100 ms.
+//   100 ms; either counts only while more threads are runnable on the machine than the pool has
+//   (/proc/loadavg), since the pool's own threads sharing a core, or a hypervisor descheduling a
+//   virtual CPU, look the same to both signs.
 //   While the machine is busy the workers are also kept off the caller's core (their affinity is
 //   the caller's cores less the one it runs on, set again when the caller moves): a worker
 //   woken on a machine with no idle core is often placed on its waker's core, and the scheduler's

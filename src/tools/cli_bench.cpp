@@ -206,6 +206,10 @@ int cmd_bench(const std::vector<std::string>& args) {
     j["dynamic_pool_misses"] = ms.dynamic_pool_misses;
     j["dynamic_pool_held_bytes"] = ms.dynamic_pool_held_bytes;
     j["dynamic_pool_peak_bytes"] = ms.dynamic_pool_peak_bytes;
+    const ThreadPoolStats ps = session->pool_stats();
+    j["pool_busy_detections"] = ps.busy_detections;
+    j["pool_preempted_spins"] = ps.preempted_spins;
+    j["pool_apart_moves"] = ps.apart_moves;
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model: %s\n", model.c_str());
@@ -218,6 +222,12 @@ int cmd_bench(const std::vector<std::string>& args) {
       std::printf("throughput %.2f runs/s; results %s\n", throughput,
                   identical ? "identical to the first run (bitwise)" : "DIFFER from the first run");
     std::printf("RSS before load %.1f MB, after load %.1f MB, peak %.1f MB\n", rss_before_load, rss_after_load, peak);
+    const ThreadPoolStats ps = session->pool_stats();
+    if (ps.threads > 1)
+      std::printf("thread pool: busy machine noticed %llu times, spinning threads preempted %llu times, workers "
+                  "moved off the caller's core %llu times\n",
+                  (unsigned long long)ps.busy_detections, (unsigned long long)ps.preempted_spins,
+                  (unsigned long long)ps.apart_moves);
   }
   return 0;
 }

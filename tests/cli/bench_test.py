@@ -89,6 +89,8 @@ if not missing:
     check("bench: peak RSS >= RSS after load > 0", j["peak_rss_mb"] >= j["rss_after_load_mb"] > 0, j)
     check("bench: threads, iters and model as asked", j["threads"] == 2 and j["iters"] == 7 and j["model"] == MLP, j)
     check("bench: no concurrency fields without --concurrency", "identical" not in j and "throughput_per_s" not in j, j)
+    pool = [j.get(k) for k in ("pool_busy_detections", "pool_preempted_spins", "pool_apart_moves")]
+    check("bench: thread pool counters are counts", all(isinstance(v, int) and v >= 0 for v in pool), pool)
 
 # --- bench, human summary
 r = basalt(["bench", CONV, "--shape", "x=1x3x32x32", "--iters", "3", "--warmup", "0"])
