@@ -515,6 +515,18 @@ py::dict memory_stats(const PySession& ps) {
   return d;
 }
 
+py::dict pool_stats(const PySession& ps) {
+  const basalt::ThreadPoolStats st = ps.s->pool_stats();
+  py::dict d;
+  d["threads"] = st.threads;
+  d["spin_us"] = st.spin_us;
+  d["shared"] = st.shared;
+  d["busy_detections"] = st.busy_detections;
+  d["preempted_spins"] = st.preempted_spins;
+  d["apart_moves"] = st.apart_moves;
+  return d;
+}
+
 py::dict plan_memory(const PySession& ps, const std::map<std::string, std::vector<int64_t>>& shapes) {
   std::map<std::string, basalt::Shape> m(shapes.begin(), shapes.end());
   basalt::MemoryPlanReport r;
@@ -660,6 +672,9 @@ PYBIND11_MODULE(basalt, m) {
            "weight_bytes_in_place (used in place from the mapped file), weight_bytes_copied, packed_weight_bytes "
            "(copies kernels made in packed layouts), model_file_bytes, plan_cache_hits/misses/evictions/entries/"
            "bytes, arena_bytes, last_run_arena_bytes, peak_run_bytes, memory_limit.")
+      .def("pool_stats", &pool_stats,
+           "The session's thread pool: threads, spin_us, shared, and counters since it was created: "
+           "busy_detections (another process wanted the cores), preempted_spins, apart_moves.")
       .def("run_into", &run_into_session, py::arg("outputs"), py::arg("input_feed"),
            "IO binding: runs the model and writes each output named in `outputs` ({name: numpy array}, "
            "C-contiguous, writable, exactly the output's dtype and shape) in place. Kernels write straight "

@@ -227,6 +227,9 @@ def test_options(relu_model):
         o.inter_op_num_threads = 2  # not a basalt knob: no silent acceptance
     s = basalt.InferenceSession(str(relu_model), o)
     assert s.options.intra_op_num_threads == 4 and s.memory_stats()["memory_limit"] == 1 << 30
+    ps = s.pool_stats()
+    assert ps["threads"] == 4 and ps["shared"] is False and ps["spin_us"] >= 0
+    assert all(isinstance(ps[k], int) and ps[k] >= 0 for k in ("busy_detections", "preempted_spins", "apart_moves"))
     with pytest.raises(TypeError):
         basalt.InferenceSession(str(relu_model), sess_options="fast")
     with pytest.raises(basalt.InvalidArgumentError, match="CUDA"):
