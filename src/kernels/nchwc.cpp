@@ -91,18 +91,36 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
   return cw;
 }
 
-DenseStrides dense_strides(const ConvWeights& cw, const Conv2dShape& s) {
+DenseConvArgs dense_conv_args(const ConvWeights& cw, const Conv2dShape& s, const Activation& act) {
+  DenseConvArgs a;
+  a.cw = &cw;
+  a.s = &s;
+  a.act = &act;
+  a.OB = blocks(s.M);
+  a.ICB = blocks(s.C);
   const int64_t H = s.H, W = s.W;
-  if (cw.plain_input) return {s.C * H * W, 16 * H * W, H * W, W, 1};
-  return {blocks(s.C) * H * W * 16, H * W * 16, 1, W * 16, 16};
-}
-
-std::vector<int64_t> dense_taps(const Conv2dShape& s, const DenseStrides& st) {
-  std::vector<int64_t> taps(size_t(blocks(s.C) * s.KH * s.KW));
-  for (int64_t icb = 0, i = 0; icb < blocks(s.C); ++icb)
+  if (cw.plain_input) {
+    a.xs_blk = 16 * H * W;
+    a.xs_ic = H * W;
+    a.xs_row = W;
+    a.xs_pix = 1;
+    a.x_img = s.C * H * W;
+  } else {
+    a.xs_blk = H * W * 16;
+    a.xs_ic = 1;
+    a.xs_row = W * 16;
+    a.xs_pix = 16;
+    a.x_img = a.ICB * H * W * 16;
+  }
+  a.ys_blk = s.OH * s.OW * 16;
+  a.y_img = a.OB * a.ys_blk;
+  a.wblk = a.ICB * s.KH * s.KW * 16 * 64;
+  a.taps.resize(size_t(a.ICB * s.KH * s.KW));
+  for (int64_t icb = 0, i = 0; icb < a.ICB; ++icb)
     for (int64_t kh = 0; kh < s.KH; ++kh)
-      for (int64_t kw = 0; kw < s.KW; ++kw) taps[size_t(i++)] = icb * st.blk + kh * s.dh * st.row + kw * s.dw * st.pix;
-  return taps;
+      for (int64_t kw = 0; kw < s.KW; ++kw)
+        a.taps[size_t(i++)] = icb * a.xs_blk + kh * s.dh * a.xs_row + kw * s.dw * a.xs_pix;
+  return a;
 }
 
 void valid_taps(int64_t o, int64_t st, int64_t p, int64_t d, int64_t k, int64_t n, int64_t& k0, int64_t& k1) {

@@ -142,14 +142,25 @@ void pool_planes_avx2(const float* x, float* y, int64_t p0, int64_t p1, const Po
 
 // Scalar set-up shared by the per-ISA dense and depthwise kernels (defined in nchwc.cpp, out of
 // line: the ISA files are compiled with other -m flags).
-// Input strides (floats) of a dense conv's input, per image, channel block, channel in a block,
-// row and pixel (a plain input: C planes; a blocked one: 16 floats a pixel).
-struct DenseStrides {
-  int64_t img, blk, ic, row, pix;
+// One dense conv call as the per-ISA kernels walk it: the input strides (floats; a plain input is
+// C planes, a blocked one 16 floats a pixel), the output and packed-weight strides, and the input
+// offset of every (input block, kernel row, kernel column), in weight order. x, res and y point
+// at the image a task works on (set per task).
+struct DenseConvArgs {
+  const ConvWeights* cw = nullptr;
+  const Conv2dShape* s = nullptr;
+  const Activation* act = nullptr;
+  const float* x = nullptr;    // image n
+  const float* res = nullptr;  // image n, or null
+  float* y = nullptr;          // image n
+  int64_t xs_blk = 0, xs_ic = 0, xs_row = 0, xs_pix = 0;  // input: channel block, channel in block, row, pixel
+  int64_t x_img = 0, y_img = 0;  // floats per image of the input and of the output
+  int64_t ys_blk = 0;            // output stride between channel blocks
+  int64_t wblk = 0;              // packed-weight floats per group of 4 output blocks
+  int64_t OB = 0, ICB = 0;
+  std::vector<int64_t> taps;
 };
-DenseStrides dense_strides(const ConvWeights& cw, const Conv2dShape& s);
-// The input offset of every (input block, kernel row, kernel column), in weight order.
-std::vector<int64_t> dense_taps(const Conv2dShape& s, const DenseStrides& st);
+DenseConvArgs dense_conv_args(const ConvWeights& cw, const Conv2dShape& s, const Activation& act);
 // Taps [k0, k1) of a window of k taps (stride st, begin pad p, dilation d) at output o whose
 // input index o*st - p + t*d lies in [0, n).
 void valid_taps(int64_t o, int64_t st, int64_t p, int64_t d, int64_t k, int64_t n, int64_t& k0, int64_t& k1);

@@ -56,19 +56,6 @@ inline Blk bkeep(Blk v, const Lanes& m) { return {_mm256_and_ps(v.lo, m.lo), _mm
 
 // ------------------------------------------------------------------ dense conv
 
-struct ConvArgs {
-  const ConvWeights* cw;
-  const Conv2dShape* s;
-  const float* x;         // image n
-  const float* res;       // image n, or null
-  float* y;               // image n
-  int64_t xs_blk, xs_ic, xs_row, xs_pix;  // input strides (floats): channel block, channel in block, row, pixel
-  int64_t ys_blk;         // output stride between channel blocks
-  int64_t wblk;           // packed-weight floats per group of 4 output blocks
-  int64_t OB, ICB;
-  const Activation* act;
-};
-
 struct TileEpilogue {
   const float* bias;      // the block's 16 channels
   const float* residual;  // at the tile's first output, laid out like y; or null
@@ -141,7 +128,7 @@ constexpr int64_t kSegment = 120;         // the most ConvTiling::row_len of den
 
 // One tile of n <= kPixels pixels (their input offsets in pofs), or nt full tiles in a run.
 template <bool PLAIN>
-void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* pofs, int n, int64_t ob, int64_t fg,
+void tile(const DenseConvArgs& a, int64_t pix0, const int64_t* pofs, int n, int64_t ob, int64_t fg,
           int64_t f, int64_t c0, int64_t c1, bool first, bool last, int64_t nt, int64_t xstep) {
   const Conv2dShape& s = *a.s;
   const int64_t KK = s.KH * s.KW;
@@ -158,7 +145,7 @@ void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* p
     epi.act = a.act;
     epi.valid = first_lanes(s.M - ob * 16);
   }
-  const int64_t* tp = taps + c0 * KK;
+  const int64_t* tp = a.taps.data() + c0 * KK;
   const int64_t ntaps = (c1 - c0) * KK, wic = fg * 16;
   const TileEpilogue* e = last ? &epi : nullptr;
   if (nt > 1) return tile_kernel<kPixels, PLAIN, true>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, nt, xstep);
@@ -175,7 +162,7 @@ void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* p
 // Output pixels [p0, p1) of the image, the group's blocks [ob, ob + fg) one after the other:
 // input-block chunks outside the tiles, so the chunk's weights stay in L1 over the segment.
 template <bool PLAIN>
-void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob0, int64_t fg, int64_t p0, int64_t p1) {
+void conv_segment(const DenseConvArgs& a, int64_t ob0, int64_t fg, int64_t p0, int64_t p1) {
   const Conv2dShape& s = *a.s;
   const int64_t chunk = std::max<int64_t>(1, kChunkFloats / (s.KH * s.KW * 256));
   int64_t pofs[kSegment];  // input offset of each output pixel's first tap
@@ -196,12 +183,12 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob0, int64_t f
       for (int64_t pix = p0; pix < p1;) {
         const int64_t k = pix - p0, nrun = (run_end[k] - k + 1) / kPixels;
         if (nrun >= 2) {
-          tile<PLAIN>(a, taps, pix, pofs + k, kPixels, ob0 + f, fg, f, c0, c1, first, last, nrun, kPixels * d);
+          tile<PLAIN>(a, pix, pofs + k, kPixels, ob0 + f, fg, f, c0, c1, first, last, nrun, kPixels * d);
           pix += nrun * kPixels;
           continue;
         }
         const int np = int(std::min<int64_t>(kPixels, p1 - pix));  // (may span rows)
-        tile<PLAIN>(a, taps, pix, pofs + k, np, ob0 + f, fg, f, c0, c1, first, last, 1, 0);
+        tile<PLAIN>(a, pix, pofs + k, np, ob0 + f, fg, f, c0, c1, first, last, 1, 0);
         pix += np;
       }
     }
@@ -340,33 +327,18 @@ void conv_rows_avx2(const ConvWeights& cw, const Conv2dShape& s, const ConvTilin
     }
     return;
   }
-  const int64_t OB = blocks(s.M), ICB = blocks(s.C);
-  ConvArgs a;
-  a.cw = &cw;
-  a.s = &s;
-  a.act = &act;
-  a.OB = OB;
-  a.ICB = ICB;
-  a.ys_blk = s.OH * s.OW * 16;
-  a.wblk = ICB * s.KH * s.KW * 16 * 64;
-  const DenseStrides st = dense_strides(cw, s);
-  a.xs_blk = st.blk;
-  a.xs_ic = st.ic;
-  a.xs_row = st.row;
-  a.xs_pix = st.pix;
-  const int64_t x_img = st.img, y_img = OB * s.OH * s.OW * 16;
+  DenseConvArgs a = dense_conv_args(cw, s, act);
   if (t.row_len > kSegment) return;  // (conv_tiling and this file disagree: never)
-  const std::vector<int64_t> taps = dense_taps(s, st);
   for (int64_t task = task0; task < task1; ++task) {
     int64_t n, grp, seg, seg1;
     t.decode(task, n, grp, seg, seg1);
     const int64_t p0 = seg * t.row_len, p1 = std::min(s.OH * s.OW, p0 + t.row_len);
-    a.x = x + n * x_img;
-    a.y = y + n * y_img;
-    a.res = residual ? residual + n * y_img : nullptr;
-    const int64_t ob = grp * 4, fg = std::min<int64_t>(4, OB - ob);
-    if (cw.plain_input) conv_segment<true>(a, taps.data(), ob, fg, p0, p1);
-    else conv_segment<false>(a, taps.data(), ob, fg, p0, p1);
+    a.x = x + n * a.x_img;
+    a.y = y + n * a.y_img;
+    a.res = residual ? residual + n * a.y_img : nullptr;
+    const int64_t ob = grp * 4, fg = std::min<int64_t>(4, a.OB - ob);
+    if (cw.plain_input) conv_segment<true>(a, ob, fg, p0, p1);
+    else conv_segment<false>(a, ob, fg, p0, p1);
   }
 }
 

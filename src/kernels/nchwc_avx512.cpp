@@ -23,24 +23,11 @@ namespace basalt::kernels::nchwc {
 
 namespace {
 
-struct ConvArgs {
-  const ConvWeights* cw;
-  const Conv2dShape* s;
-  const float* x;         // image n
-  const float* res;       // image n, or null
-  float* y;               // image n
-  int64_t xs_blk, xs_ic, xs_row, xs_pix;  // input strides (floats): channel block, channel in block, row, pixel
-  int64_t ys_blk;         // output stride between channel blocks
-  int64_t wblk;           // packed-weight floats per group of 4 output blocks
-  int64_t OB, ICB;
-  const Activation* act;
-};
-
 // The first n lanes of a vector (all 16 from n = 16 on).
 inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
 
 // Channels of output block ob that exist (16 except in the last block).
-inline __mmask16 valid_lanes(const ConvArgs& a, int64_t ob) { return first_lanes(a.s->M - ob * 16); }
+inline __mmask16 valid_lanes(const DenseConvArgs& a, int64_t ob) { return first_lanes(a.s->M - ob * 16); }
 
 
 // The inner product of one tile: P output pixels x F output blocks, over `ntaps` taps (an input
@@ -154,7 +141,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
 // the pixels' inputs evenly spaced, `xstep` floats from one tile's to the next's (the caller
 // checks).
 template <int F, int P, bool PLAIN>
-void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* pofs, int64_t ob, int64_t c0,
+void tile(const DenseConvArgs& a, int64_t pix0, const int64_t* pofs, int64_t ob, int64_t c0,
           int64_t c1, bool first, bool last, const float* pf, int64_t pf_lines, int64_t nt = 1, int64_t xstep = 0) {
   const Conv2dShape& s = *a.s;
   const int64_t KK = s.KH * s.KW;
@@ -171,10 +158,10 @@ void tile(const ConvArgs& a, const int64_t* taps, int64_t pix0, const int64_t* p
     epi.last_lanes = valid_lanes(a, ob + F - 1);
   }
   if (nt > 1)
-    tile_kernel<F, P, PLAIN, true>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
+    tile_kernel<F, P, PLAIN, true>(xp, a.taps.data() + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
                                    pf_lines, last ? &epi : nullptr, nt, P * 16, xstep);
   else
-    tile_kernel<F, P, PLAIN, false>(xp, taps + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
+    tile_kernel<F, P, PLAIN, false>(xp, a.taps.data() + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
                                     pf_lines, last ? &epi : nullptr, 1, 0, 0);
 }
 
@@ -184,13 +171,13 @@ constexpr int max_pixels() {
 }
 
 template <int F, int P, bool PLAIN>
-void tiles_p(const ConvArgs& a, const int64_t* taps, int64_t pix, const int64_t* pofs, int64_t n, int64_t ob,
+void tiles_p(const DenseConvArgs& a, int64_t pix, const int64_t* pofs, int64_t n, int64_t ob,
              int64_t c0, int64_t c1, bool first, bool last, const float* pf, int64_t pf_lines) {
   // n < max P: one tile of exactly n pixels
   if constexpr (P > 1) {
-    if (n < P) return tiles_p<F, P - 1, PLAIN>(a, taps, pix, pofs, n, ob, c0, c1, first, last, pf, pf_lines);
+    if (n < P) return tiles_p<F, P - 1, PLAIN>(a, pix, pofs, n, ob, c0, c1, first, last, pf, pf_lines);
   }
-  tile<F, P, PLAIN>(a, taps, pix, pofs, ob, c0, c1, first, last, pf, pf_lines);
+  tile<F, P, PLAIN>(a, pix, pofs, ob, c0, c1, first, last, pf, pf_lines);
 }
 
 // Floats of weights per chunk of input blocks (L1 is 48 KB: leave room for the input and output).
@@ -200,7 +187,7 @@ constexpr int64_t kSegment = 120;  // the most ConvTiling::row_len of dense conv
 // Output pixels [p0, p1) of the image, blocks [ob, ob + F): input-block chunks outside, so the
 // chunk's weights stay in L1 over the segment's tiles.
 template <int F, bool PLAIN>
-void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0, int64_t p1) {
+void conv_segment(const DenseConvArgs& a, int64_t ob, int64_t p0, int64_t p1) {
   const Conv2dShape& s = *a.s;
   const int64_t per_blk = s.KH * s.KW * 256 * F;
   const int64_t chunk = std::max<int64_t>(1, kChunkFloats / per_blk);
@@ -233,7 +220,7 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
       const int64_t k = pix - p0, nrun = (run_end[k] - k + 1) / PM;  // full tiles in the run from pix
       if (nrun >= 2) {
         const int64_t l1 = (i + nrun) * next_lines / ntiles;
-        tile<F, PM, PLAIN>(a, taps, pix, pofs + k, ob, c0, c1, first, last, next ? next + l0 * 16 : nullptr, l1 - l0,
+        tile<F, PM, PLAIN>(a, pix, pofs + k, ob, c0, c1, first, last, next ? next + l0 * 16 : nullptr, l1 - l0,
                            nrun, PM * d);
         pix += nrun * PM;
         i += nrun;
@@ -241,7 +228,7 @@ void conv_segment(const ConvArgs& a, const int64_t* taps, int64_t ob, int64_t p0
       }
       // one tile (it may span rows: every pixel has its own input offset)
       const int64_t l1 = (i + 1) * next_lines / ntiles;
-      tiles_p<F, PM, PLAIN>(a, taps, pix, pofs + k, std::min<int64_t>(PM, p1 - pix), ob, c0, c1, first, last,
+      tiles_p<F, PM, PLAIN>(a, pix, pofs + k, std::min<int64_t>(PM, p1 - pix), ob, c0, c1, first, last,
                             next ? next + l0 * 16 : nullptr, l1 - l0);
       pix += PM;
       ++i;
@@ -380,45 +367,30 @@ void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const ConvTil
     }
     return;
   }
-  const int64_t OB = blocks(s.M), ICB = blocks(s.C);
-  ConvArgs a;
-  a.cw = &cw;
-  a.s = &s;
-  a.act = &act;
-  a.OB = OB;
-  a.ICB = ICB;
-  a.ys_blk = s.OH * s.OW * 16;
-  a.wblk = ICB * s.KH * s.KW * 16 * 64;
-  const DenseStrides st = dense_strides(cw, s);
-  a.xs_blk = st.blk;
-  a.xs_ic = st.ic;
-  a.xs_row = st.row;
-  a.xs_pix = st.pix;
-  const int64_t x_img = st.img, y_img = OB * s.OH * s.OW * 16;
+  DenseConvArgs a = dense_conv_args(cw, s, act);
   if (t.row_len > kSegment) return;  // (conv_tiling and this file disagree: never)
-  const std::vector<int64_t> taps = dense_taps(s, st);
   for (int64_t task = task0; task < task1; ++task) {
     int64_t n, grp, seg, seg1;
     t.decode(task, n, grp, seg, seg1);
     int64_t p0 = seg * t.row_len, p1 = std::min(s.OH * s.OW, p0 + t.row_len);
-    a.x = x + n * x_img;
-    a.y = y + n * y_img;
-    a.res = residual ? residual + n * y_img : nullptr;
+    a.x = x + n * a.x_img;
+    a.y = y + n * a.y_img;
+    a.res = residual ? residual + n * a.y_img : nullptr;
     const int64_t ob = grp * 4;
-    const int F = int(std::min<int64_t>(4, OB - ob));
+    const int F = int(std::min<int64_t>(4, a.OB - ob));
     if (cw.plain_input) {
       switch (F) {
-        case 1: conv_segment<1, true>(a, taps.data(), ob, p0, p1); break;
-        case 2: conv_segment<2, true>(a, taps.data(), ob, p0, p1); break;
-        case 3: conv_segment<3, true>(a, taps.data(), ob, p0, p1); break;
-        default: conv_segment<4, true>(a, taps.data(), ob, p0, p1); break;
+        case 1: conv_segment<1, true>(a, ob, p0, p1); break;
+        case 2: conv_segment<2, true>(a, ob, p0, p1); break;
+        case 3: conv_segment<3, true>(a, ob, p0, p1); break;
+        default: conv_segment<4, true>(a, ob, p0, p1); break;
       }
     } else {
       switch (F) {
-        case 1: conv_segment<1, false>(a, taps.data(), ob, p0, p1); break;
-        case 2: conv_segment<2, false>(a, taps.data(), ob, p0, p1); break;
-        case 3: conv_segment<3, false>(a, taps.data(), ob, p0, p1); break;
-        default: conv_segment<4, false>(a, taps.data(), ob, p0, p1); break;
+        case 1: conv_segment<1, false>(a, ob, p0, p1); break;
+        case 2: conv_segment<2, false>(a, ob, p0, p1); break;
+        case 3: conv_segment<3, false>(a, ob, p0, p1); break;
+        default: conv_segment<4, false>(a, ob, p0, p1); break;
       }
     }
   }
