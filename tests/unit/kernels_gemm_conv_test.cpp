@@ -61,7 +61,7 @@ TEST(KernelsGemm, EveryIsaMatchesReferenceOnOddShapes) {
   int cases = 0;
   for (int iter = 0; iter < 60; ++iter) {
     int64_t M = sizes[rng() % 11], N = sizes[rng() % 11], K = sizes[rng() % 11];
-    if (iter % 10 == 0) K = 300 + int64_t(rng() % 300);  // crosses the K block (128 to 512)
+    if (iter % 10 == 0) K = 300 + int64_t(rng() % 300);  // crosses the K block (256 to 512)
     if (iter % 15 == 1) N = 130 + int64_t(rng() % 200);
     bool ta = rng() % 2, tb = rng() % 2;
     auto A = rnd(M * K, rng), B = rnd(K * N, rng), rb = rnd(M, rng), cb = rnd(N, rng), res = rnd(M * N, rng);
