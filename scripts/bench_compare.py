@@ -146,11 +146,16 @@ def speed(args, tmp):
                    "ort_create_ms": min(j["session_create_ms"] for j in o_runs),
                    "basalt_peak_mb": max(j["peak_rss_mb"] for j in b_runs),
                    "ort_peak_mb": max(j["peak_rss_mb"] for j in o_runs),
-                   "ort_node_base_mb": o["rss_before_load_mb"], "ort_wall_ms": o["wall_median_ms"]}
+                   "ort_node_base_mb": o["rss_before_load_mb"], "ort_wall_ms": o["wall_median_ms"],
+                   # basalt's pool saw another process wanting the cores during its best run (it then
+                   # stops spinning and keeps workers off the caller's core): a sign that the machine
+                   # was not idle while that row was measured
+                   "basalt_busy_detections": b.get("pool_busy_detections", 0)}
             rows.append(row)
+            busy = f"  (pool saw a busy machine {row['basalt_busy_detections']}x)" if row["basalt_busy_detections"] else ""
             log(f"{label:28s} {t}t  basalt {row['basalt_ms']:9.3f} ms  ort {row['ort_ms']:9.3f} ms  "
                 f"ort/basalt {row['ratio']:5.2f}x  create {row['basalt_create_ms']:7.1f} / {row['ort_create_ms']:7.1f} ms  "
-                f"peak RSS {row['basalt_peak_mb']:6.1f} / {row['ort_peak_mb']:6.1f} MB")
+                f"peak RSS {row['basalt_peak_mb']:6.1f} / {row['ort_peak_mb']:6.1f} MB{busy}")
     return rows
 
 
