@@ -14,5 +14,5 @@ B=$(bash "$ROOT/scripts/build_sanitize.sh" basalt basalt_tests basalt_fuzz_repla
 # Leak checking stays off: sessions cached in function statics (fuzz replayers) are not leaks.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-BASALT_SUITES="unit cli-bad-input conformance-debian fuzz-regressions parity parity-avx2" PARITY_ARGS="--default-shapes" \
+BASALT_SUITES="unit unit-avx2 cli-bad-input conformance-debian fuzz-regressions parity parity-avx2" PARITY_ARGS="--default-shapes" \
   bash "$ROOT/scripts/run_tests.sh" "$B"

@@ -241,7 +241,7 @@ TEST(NchwcLayout, RoundTripAndPaddingZeros) {
         for (int64_t c = 0; c < C; ++c)
           for (int64_t p = 0; p < HW; ++p)
             want[size_t(((n * CB + c / 16) * HW + p) * 16 + c % 16)] = x[size_t((n * C + c) * HW + p)];
-      for (kernels::Isa isa : {kernels::Isa::Portable, kernels::Isa::Avx512})
+      for (kernels::Isa isa : test::isas())
         for (auto& pool : pools) {
           std::vector<float> b(want.size(), 7.f), back(x.size(), 7.f);
           nc::to_blocked(isa, x.data(), N, C, HW, b.data(), pool.get());
@@ -288,20 +288,23 @@ TEST(NchwcPool, MatchesNchwPool) {
           for (size_t i = 0; i < y.size(); ++i)
             ASSERT_NEAR(back[i], y[i], 1e-5f * (1.f + std::fabs(y[i]))) << "pool case H" << c.H << " k" << c.k << " isa " << int(isa);
         }
-      // global average / max into NCHW
-      for (bool avg : {true, false}) {
-        std::vector<float> gy(size_t(N * C));
-        nc::global_pool(kernels::Isa::Avx512, avg, xb.data(), N, C, c.H * c.W, gy.data(), nullptr);
-        for (int64_t ci = 0; ci < C; ++ci) {
-          double acc = avg ? 0.0 : -1e30;
-          for (int64_t p = 0; p < c.H * c.W; ++p) {
-            double v = x[size_t(ci * c.H * c.W + p)];
-            acc = avg ? acc + v : std::max(acc, v);
+      // global average / max into NCHW: every ISA and thread count
+      for (bool avg : {true, false})
+        for (kernels::Isa isa : test::isas())
+          for (auto& pool : pools) {
+            std::vector<float> gy(size_t(N * C), 7.f);
+            nc::global_pool(isa, avg, xb.data(), N, C, c.H * c.W, gy.data(), pool.get());
+            for (int64_t ci = 0; ci < C; ++ci) {
+              double acc = avg ? 0.0 : -1e30;
+              for (int64_t p = 0; p < c.H * c.W; ++p) {
+                double v = x[size_t(ci * c.H * c.W + p)];
+                acc = avg ? acc + v : std::max(acc, v);
+              }
+              if (avg) acc /= double(c.H * c.W);
+              ASSERT_NEAR(gy[size_t(ci)], acc, 1e-4) << "global " << (avg ? "avg" : "max") << " channel " << ci
+                                                     << " isa " << kernels::isa_name(isa);
+            }
           }
-          if (avg) acc /= double(c.H * c.W);
-          ASSERT_NEAR(gy[size_t(ci)], acc, 1e-4) << "global " << (avg ? "avg" : "max") << " channel " << ci;
-        }
-      }
     }
 }
 

@@ -144,6 +144,49 @@ TEST(KernelsVec, BinaryEveryIsaEveryMode) {
       }
 }
 
+// affine, max_into / add_into and gemv (LSTM/GRU's recurrent step), every ISA against plain
+// loops: lengths with vector tails, gemv rows 1-9 (around its 4-row blocks), lda > cols, with
+// and without bias.
+TEST(KernelsVec, AffineAccumulateGemvEveryIsa) {
+  std::mt19937 rng(11);
+  for (int64_t n : kLengths) {
+    std::vector<float> x = random_floats(rng, std::max<int64_t>(n, 1), -4.f, 4.f);
+    std::vector<float> a0 = random_floats(rng, std::max<int64_t>(n, 1), -4.f, 4.f);
+    for (Isa isa : isas()) {
+      const kernels::VecOps& v = kernels::vec_ops(isa);
+      std::vector<float> y(x.size(), 7.f);
+      v.affine(x.data(), y.data(), n, 1.5f, -0.25f);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_NEAR(y[size_t(i)], double(x[size_t(i)]) * 1.5 - 0.25, 1e-5) << "affine n=" << n << " " << kernels::isa_name(isa);
+      std::vector<float> mx = a0, ad = a0;
+      v.max_into(mx.data(), x.data(), n);
+      v.add_into(ad.data(), x.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(mx[size_t(i)], std::max(a0[size_t(i)], x[size_t(i)])) << "max_into n=" << n << " " << kernels::isa_name(isa);
+        ASSERT_EQ(ad[size_t(i)], a0[size_t(i)] + x[size_t(i)]) << "add_into n=" << n << " " << kernels::isa_name(isa);
+      }
+    }
+  }
+  for (int64_t rows = 1; rows <= 9; ++rows)
+    for (int64_t cols : {1, 7, 16, 17, 33, 100, 257})
+      for (int64_t pad : {0, 5})
+        for (bool with_bias : {false, true}) {
+          const int64_t lda = cols + pad;
+          std::vector<float> A = random_floats(rng, rows * lda, -1.f, 1.f), x = random_floats(rng, cols, -1.f, 1.f);
+          std::vector<float> bias = random_floats(rng, rows, -1.f, 1.f);
+          for (Isa isa : isas()) {
+            std::vector<float> y(size_t(rows), 7.f);
+            kernels::vec_ops(isa).gemv(A.data(), rows, cols, lda, x.data(), with_bias ? bias.data() : nullptr, y.data());
+            for (int64_t r = 0; r < rows; ++r) {
+              double want = with_bias ? bias[size_t(r)] : 0.0;
+              for (int64_t k = 0; k < cols; ++k) want += double(A[size_t(r * lda + k)]) * x[size_t(k)];
+              ASSERT_NEAR(y[size_t(r)], want, 1e-5 * (1.0 + double(cols))) << "gemv rows " << rows << " cols " << cols
+                                                                         << " lda " << lda << " " << kernels::isa_name(isa);
+            }
+          }
+        }
+}
+
 TEST(KernelsVec, ReductionsSoftmaxLayerNormAgainstDouble) {
   std::mt19937 rng(3);
   for (int64_t n : kLengths) {

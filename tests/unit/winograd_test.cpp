@@ -46,13 +46,18 @@ k::Conv2dShape shape_of(const Case& c) {
   return s;
 }
 
+// Every fused activation in turn (the output transforms apply them per ISA).
 k::Activation act_of(int i) {
   k::Activation a;
-  switch (i % 4) {
+  switch (i % 8) {
     case 0: break;
     case 1: a.kind = k::ActKind::Relu; break;
     case 2: a.kind = k::ActKind::Clip; a.a = -0.5f; a.b = 0.75f; break;
-    default: a.kind = k::ActKind::Sigmoid; break;
+    case 3: a.kind = k::ActKind::Sigmoid; break;
+    case 4: a.kind = k::ActKind::LeakyRelu; a.a = 0.1f; break;
+    case 5: a.kind = k::ActKind::HardSigmoid; a.a = 0.2f; a.b = 0.5f; break;
+    case 6: a.kind = k::ActKind::HardSwish; break;
+    default: a.kind = k::ActKind::Tanh; break;
   }
   return a;
 }
