@@ -254,26 +254,7 @@ TEST(KernelsVec, DriversIndependentOfThreadCount) {
 
 std::vector<Value> run_op_threads(const std::string& op, int opset, const std::vector<Value>& inputs,
                                   const std::vector<Attribute>& attrs, int threads, int num_outputs = 1) {
-  Node n;
-  n.name = "t";
-  n.op_type = op;
-  n.opset = opset;
-  n.attrs = attrs;
-  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
-  for (int i = 0; i < num_outputs; ++i) n.outputs.push_back(100 + i);
-  const KernelFactory* f = OpRegistry::instance().find("", op, opset);
-  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
-  n.kernel = (*f)(n);
-  std::vector<const Value*> ins;
-  for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
-  std::vector<Value> outs(static_cast<size_t>(num_outputs));
-  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads, 0) : nullptr;
-  RunContext rc;
-  rc.threads = threads;
-  rc.pool = pool.get();
-  KernelContext ctx(n, ins, outs, {}, rc);
-  n.kernel->compute(ctx);
-  return outs;
+  return run_op(op, opset, inputs, attrs, num_outputs, "", threads);
 }
 
 Tensor rand_tensor(std::mt19937& rng, const Shape& s, float lo = -3.f, float hi = 3.f) {
@@ -407,6 +388,10 @@ TEST(KernelsVecOps, Pooling) {
   }
   Tensor x = rand_tensor(rng, {2, 7, 9, 11});
   check_op("GlobalAveragePool", 1, {x}, {}, 1e-6, "GlobalAveragePool");
+  // enough planes (80) for the threaded sum to split across 2 and 3 threads
+  Tensor xl = rand_tensor(rng, {2, 40, 13, 13});
+  check_op("GlobalAveragePool", 1, {xl}, {}, 1e-6, "GlobalAveragePool 80 planes");
+  check_op("GlobalMaxPool", 1, {xl}, {}, 0, "GlobalMaxPool 80 planes");
 }
 
 TEST(KernelsVecOps, Resize) {

@@ -1,6 +1,7 @@
 // Unit tests for the nn group's kernels (src/ops/nn.cpp): the fast paths (register-tiled GEMM,
 // depthwise convolution, 1x1 convolution) against naive loops, plus validation errors.
 #include "op_tester.hpp"
+#include "ops/common.hpp"
 
 #include <basalt/error.hpp>
 #include <gtest/gtest.h>
@@ -121,9 +122,7 @@ TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
   // ConvTranspose with groups against a direct scatter formulation.
   int64_t C = 4, G = 2, Mg = 3, H = 4, W = 5, K = 3, s = 2;
   Tensor x = nn_rand({1, C, H, W}, 11), w = nn_rand({C, Mg, K, K}, 12);
-  auto y = run_op("ConvTranspose", 11, {x, w}, {attr("group", G), attr("strides", Ints{s, s})})[0].tensor;
   int64_t OH = (H - 1) * s + K, OW = (W - 1) * s + K, M = Mg * G;
-  ASSERT_EQ(y.shape(), (Shape{1, M, OH, OW}));
   std::vector<double> ref(size_t(M * OH * OW), 0.0);
   for (int64_t c = 0; c < C; ++c) {
     int64_t g = c / (C / G);
@@ -135,7 +134,11 @@ TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
               ref[size_t(((g * Mg + m) * OH + h * s + kh) * OW + ww * s + kw)] +=
                   double(x.data<float>()[(c * H + h) * W + ww]) * double(w.data<float>()[((c * Mg + m) * K + kh) * K + kw]);
   }
-  for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(y.data<float>()[i], ref[i], 1e-4) << "at " << i;
+  for (int threads : {1, 2, 3}) {
+    auto y = run_op("ConvTranspose", 11, {x, w}, {attr("group", G), attr("strides", Ints{s, s})}, 1, "", threads)[0].tensor;
+    ASSERT_EQ(y.shape(), (Shape{1, M, OH, OW}));
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(y.data<float>()[i], ref[i], 1e-4) << "at " << i << " threads " << threads;
+  }
 }
 
 TEST(NnOps, ResizeNearestIsExactForInt64) {
@@ -155,4 +158,60 @@ TEST(NnOps, ResizeNearestIsExactForInt64) {
   ASSERT_EQ(z.shape(), (Shape{1, 1, 2, 6}));
   std::vector<int> expect = {1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4};
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(int(z.data<uint8_t>()[i]), expect[i]);
+}
+
+// float16 / bfloat16 inputs of the ops that run the fp32 kernels on converted copies (Conv and
+// its fast paths, ConvTranspose, MatMul, Gemm, LSTM, GRU): the result must be the fp32 op's on
+// the same (rounded) values, rounded to the input type, with the output in that type; 1, 2
+// and 3 threads.
+
+TEST(NnOps, HalfTypesMatchFloatOnTheSameValues) {
+  struct OpCase {
+    const char* op;
+    int opset;
+    std::vector<Shape> shapes;  // inputs (all float)
+    std::vector<Attribute> attrs;
+    int outputs;
+  };
+  const int64_t T = 3, B = 2, I = 5, H = 4;
+  const OpCase cases[] = {
+      {"Conv", 11, {{1, 5, 9, 11}, {7, 5, 3, 3}, {7}}, {attr("pads", Ints{1, 1, 1, 1})}, 1},
+      {"Conv", 11, {{2, 16, 6, 7}, {16, 1, 3, 3}, {16}}, {attr("group", 16), attr("strides", Ints{2, 2})}, 1},
+      {"Conv", 11, {{1, 9, 8, 8}, {12, 9, 1, 1}}, {}, 1},
+      {"ConvTranspose", 11, {{1, 4, 5, 6}, {4, 3, 3, 3}}, {attr("strides", Ints{2, 2})}, 1},
+      {"MatMul", 13, {{2, 7, 19}, {19, 13}}, {}, 1},
+      {"Gemm", 13, {{6, 33}, {17, 33}, {17}}, {attr("transB", 1)}, 1},
+      {"LSTM", 14, {{T, B, I}, {1, 4 * H, I}, {1, 4 * H, H}, {1, 8 * H}}, {attr("hidden_size", H)}, 3},
+      {"GRU", 14, {{T, B, I}, {1, 3 * H, I}, {1, 3 * H, H}, {1, 6 * H}}, {attr("hidden_size", H)}, 2},
+  };
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    const double ulp = dt == DType::Float16 ? 1.0 / 1024 : 1.0 / 128;
+    uint32_t seed = 40;
+    for (const OpCase& c : cases) {
+      std::vector<Value> half_in, float_in;
+      for (const Shape& s : c.shapes) {
+        Tensor h = from_float32(nn_rand(s, seed++), dt);
+        half_in.emplace_back(h);
+        float_in.emplace_back(to_float32(h));
+      }
+      for (int threads : {1, 2, 3}) {
+        auto got = run_op(c.op, c.opset, half_in, c.attrs, c.outputs, "", threads);
+        auto want = run_op(c.op, c.opset, float_in, c.attrs, c.outputs, "", threads);
+        ASSERT_EQ(got.size(), want.size()) << c.op;
+        for (size_t o = 0; o < got.size(); ++o) {
+          const Tensor& g = got[o].tensor;
+          const Tensor w = from_float32(want[o].tensor, dt);
+          ASSERT_EQ(g.dtype(), dt) << c.op << " output " << o;
+          ASSERT_EQ(g.shape(), w.shape()) << c.op << " output " << o;
+          const Tensor gf = to_float32(g), wf = to_float32(w);
+          for (int64_t i = 0; i < g.numel(); ++i) {
+            const double a = gf.data<float>()[i], b = wf.data<float>()[i];
+            // the same value, or its neighbour in the half type (the fp32 sums may round differently)
+            ASSERT_LE(std::fabs(a - b), ulp * std::fabs(b) + 1e-6)
+                << c.op << " " << dtype_name(dt) << " output " << o << " element " << i << " threads " << threads;
+          }
+        }
+      }
+    }
+  }
 }

@@ -11,12 +11,14 @@
 #pragma once
 
 #include "ops/kernel.hpp"
+#include "runtime/thread_pool.hpp"
 
 #include <basalt/error.hpp>
 #include <basalt/tensor.hpp>
 
 #include <concepts>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -70,9 +72,10 @@ inline Attribute attr(const std::string& name, Strings v) {
 // Runs kernel (domain, op, opset) on `inputs` and returns its `num_outputs` outputs. A None
 // Value() among the inputs is an omitted optional input. Errors from the kernel's factory
 // (attribute validation) and from compute() propagate; a missing kernel is Unsupported.
+// threads > 1: the kernel runs on a pool of that many threads (spinning off).
 inline std::vector<Value> run_op(const std::string& op, int opset, std::vector<Value> inputs,
                                  std::vector<Attribute> attrs = {}, int num_outputs = 1,
-                                 const std::string& domain = "") {
+                                 const std::string& domain = "", int threads = 1) {
   Node n;
   n.name = "t";
   n.op_type = op;
@@ -87,7 +90,10 @@ inline std::vector<Value> run_op(const std::string& op, int opset, std::vector<V
   std::vector<const Value*> ins;
   for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
   std::vector<Value> outs(static_cast<size_t>(num_outputs));
+  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads, 0) : nullptr;
   RunContext rc;
+  rc.threads = threads;
+  rc.pool = pool.get();
   KernelContext ctx(n, ins, outs, {}, rc);
   n.kernel->compute(ctx);
   return outs;
