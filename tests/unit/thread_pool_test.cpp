@@ -179,7 +179,7 @@ TEST(ThreadPool, NoticesABusyMachineAndStaysCorrect) {
 // single core, the worker waits in the run queue behind the caller for much of every job (what
 // the run-queue probe looks for), but nothing outside the pool is runnable, so no busy spell
 // starts. (Before the runnable-threads check this made a detection at nearly every 20 ms probe.)
-// A few are tolerated: another process may really run on the machine meanwhile.
+// A few are tolerated: another process may run between two looks at /proc/loadavg.
 TEST(ThreadPool, OwnThreadsSharingACoreAreNotABusyMachine) {
   cpu_set_t old_mask, one;
   ASSERT_EQ(sched_getaffinity(0, sizeof old_mask, &old_mask), 0);
@@ -195,26 +195,45 @@ TEST(ThreadPool, OwnThreadsSharingACoreAreNotABusyMachine) {
     const cpu_set_t& mask;
     ~RestoreAffinity() { sched_setaffinity(0, sizeof mask, &mask); }
   } restore{old_mask};
-  uint64_t detections = 0;
-  {
-    ThreadPool pool(2, 0);
-    auto t0 = std::chrono::steady_clock::now();
-    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(400)) {
-      std::vector<int64_t> part(8, 0);
-      pool.parallel_for(8, 1, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) {
-          busy_work();
-          part[size_t(i)] = i + 1;
-        }
-      });
-      int64_t sum = 0;
-      for (int64_t v : part) sum += v;
-      ASSERT_EQ(sum, 8 * 9 / 2);
-    }
-    detections = pool.busy_detections();
-  }
   if (!std::ifstream("/proc/loadavg").good()) GTEST_SKIP() << "no /proc/loadavg here";
-  EXPECT_LE(detections, 3u);
+  // Runnable threads on the machine now (/proc/loadavg's "R/T"): more than the pool's 2 means
+  // another process ran during the attempt, and a detection then is right, not a false alarm.
+  auto runnable = [] {
+    std::ifstream f("/proc/loadavg");
+    std::string a, b, c, rt;
+    f >> a >> b >> c >> rt;
+    return std::atoi(rt.c_str());
+  };
+  // An attempt where other processes were runnable in more than 1 in 20 looks says nothing: try
+  // again (a CI machine is quiet; a developer's may be compiling), and skip if it never is.
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    uint64_t detections = 0;
+    int samples = 0, crowded = 0;  // looks at /proc/loadavg, and those with others runnable
+    {
+      ThreadPool pool(2, 0);
+      auto t0 = std::chrono::steady_clock::now();
+      while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(400)) {
+        std::vector<int64_t> part(8, 0);
+        pool.parallel_for(8, 1, [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            busy_work();
+            part[size_t(i)] = i + 1;
+          }
+        });
+        int64_t sum = 0;
+        for (int64_t v : part) sum += v;
+        ASSERT_EQ(sum, 8 * 9 / 2);
+        ++samples;
+        if (runnable() > 2) ++crowded;
+      }
+      detections = pool.busy_detections();
+    }
+    // (a kernel thread or a short command now and then is noise: it rarely coincides with a sign)
+    if (crowded * 20 > samples) continue;
+    EXPECT_LE(detections, 3u);
+    return;
+  }
+  GTEST_SKIP() << "other processes were runnable in every attempt";
 }
 
 // On a busy machine the workers are kept off the caller's core (so the scheduler cannot leave
