@@ -130,6 +130,9 @@ TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
       {1, 20, 20, 5, 30, 3, 1, 1, 0, true, false, false, ActKind::HardSwish},
       {2, 33, 33, 7, 41, 3, 2, 1, 1, true, false, true, ActKind::Relu},
       {1, 16, 16, 9, 36, 3, 2, 1, 0, true, false, false, ActKind::None},
+      // stride 1 interiors of 14 and 9 pixels (more tile tails of dw_tile_k3 and its AVX2 halves)
+      {1, 24, 24, 5, 16, 3, 1, 1, 1, true, false, true, ActKind::Relu},
+      {1, 9, 9, 6, 11, 3, 1, 1, 0, true, false, false, ActKind::Clip},
   };
   for (const ConvCase& c : cases) check_conv(c, rng);
 }
