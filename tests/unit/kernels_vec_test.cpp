@@ -4,6 +4,7 @@
 // - ops: the float32 fast path of each op against the same op on float64 input, which runs the
 //   reference kernel, on random shapes with odd sizes, with 1, 2 and 3 threads (results must not
 //   depend on the thread count).
+#include "kernels/activation.hpp"
 #include "kernels/eltwise.hpp"
 #include "kernels/pool.hpp"
 #include "op_tester.hpp"
@@ -147,6 +148,32 @@ TEST(KernelsVec, BinaryEveryIsaEveryMode) {
 // affine, max_into / add_into and gemv (LSTM/GRU's recurrent step), every ISA against plain
 // loops: lengths with vector tails, gemv rows 1-9 (around its 4-row blocks), lda > cols, with
 // and without bias.
+// The scalar epilogue (epilogue_row: the fused activation of the portable GEMM, NCHW conv and
+// the Winograd output transforms) on every sign and special value. Relu keeps NaN and -0 and
+// zeroes the rest of the negatives, as maxps(0, v) does in the vector epilogues (act_zmm/act_ymm).
+TEST(KernelsVec, EpilogueRowReluSpecialValues) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> in = {1.5f, -1.5f, 0.f, -0.f, nan, -inf, inf, 1e-40f, -1e-40f};
+  for (int64_t n = 1; n <= 37; ++n) {  // every tail length the compiler's vector loop may take
+    std::vector<float> c(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) c[j] = in[j % in.size()];
+    kernels::Activation relu;
+    relu.kind = kernels::ActKind::Relu;
+    kernels::epilogue_row(c.data(), n, 1.f, 0.f, nullptr, nullptr, relu);
+    for (int64_t j = 0; j < n; ++j) {
+      const float v = in[j % in.size()];
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(c[j])) << "n " << n << " j " << j;
+      } else if (v < 0.f) {
+        EXPECT_EQ(c[j], 0.f) << "n " << n << " j " << j << " v " << v;
+        EXPECT_FALSE(std::signbit(c[j])) << "n " << n << " j " << j;
+      } else {
+        EXPECT_EQ(std::memcmp(&c[j], &v, sizeof v), 0) << "n " << n << " j " << j << " v " << v;
+      }
+    }
+  }
+}
+
 TEST(KernelsVec, AffineAccumulateGemvEveryIsa) {
   std::mt19937 rng(11);
   for (int64_t n : kLengths) {
