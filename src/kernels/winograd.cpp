@@ -12,6 +12,14 @@
 
 namespace basalt::kernels {
 
+namespace {
+// One blocked output pixel of the blocked transform (16 channels), the scalar epilogue.
+inline void wino_pixel_epilogue(float* y, const float* z, const float* bias, const float* res, const Activation& act) {
+  for (int l = 0; l < 16; ++l) y[l] = z[l];
+  epilogue_row(y, 16, 1.f, 0.f, bias, res, act);
+}
+}  // namespace
+
 #define WINO_INPUT_NAME winograd_input_portable
 #define WINO_OUTPUT_NAME winograd_output_portable
 #include "kernels/winograd_impl.inc"
