@@ -1,7 +1,10 @@
 // Depthwise convolution for AVX-512. Strides 1 and 2 keep 16 output columns in one zmm
 // accumulator across all kernel taps (one masked load + one FMA per tap; masked lanes cover the
-// padding and the row tail and never fault); other strides use the generic loops of
-// conv_depthwise.inc, vectorized here by the compiler.
+// padding and the row tail and never fault); square 3x3 and 5x5 kernels at stride 1 across run
+// 3 or 4 output rows at a time (dw_plane_rows), sharing each loaded input row among them, with
+// the epilogue on the registers; other strides use the generic loops of conv_depthwise.inc,
+// vectorized here by the compiler.
+#include "kernels/activation_avx512.hpp"
 #include "kernels/conv.hpp"
 
 #include <algorithm>
@@ -142,49 +145,65 @@ void dw_plane(const Conv2dShape& s, const float* xc, const __m512* wz_in, const 
   }
 }
 
-// K x K taps, stride 1 and dilation 1 in both directions: two output rows at a time. They read
-// K + 1 input rows, each loaded once per tap column and used by both accumulators (2K(K+1)
-// loads instead of 2K*K, and two independent FMA chains). The weights live in registers.
-template <int K>
-void dw_plane_s1_2rows(const Conv2dShape& s, const float* xc, const __m512* wz_in, const int64_t* off,
-                       const uint32_t* mask, const uint8_t* full, int64_t nblk, const float* zero_row, float* yc) {
+// K x K taps, dilation 1, stride SH down and 1 across: R output rows at a time over one 16-column
+// block. The R rows read (R - 1) * SH + K input rows; each tap column of each of them is loaded
+// once and feeds every accumulator whose window covers it, so R independent FMA chains run side
+// by side (one chain of K*K dependent FMAs per output is bound by the FMA latency: 5x5 taps at
+// 12x80 reached half the FMA peak with two rows). Each output's taps are added in (kh, kw)
+// order, as in the other paths; bias, residual and the activation are applied on the registers
+// before the store, in epilogue_row's order. The weights live in registers (5x5: 25 zmm + 4
+// accumulators).
+template <int K, int SH, int R>
+void dw_plane_rows(const Conv2dShape& s, const float* xc, const __m512* wz_in, const int64_t* off,
+                   const uint32_t* mask, int64_t nblk, const float* zero_row, float* yc, float bv, const float* rc,
+                   const Activation& act) {
+  constexpr int NR = (R - 1) * SH + K;  // input rows of R output rows
   const int64_t H = s.H, W = s.W, OW = s.OW, OH = s.OH;
   __m512 wz[K * K];
 #pragma GCC unroll 25
   for (int i = 0; i < K * K; ++i) wz[i] = wz_in[i];
   const int tail = int(OW - (nblk - 1) * 16);
   const __mmask16 tail_mask = __mmask16(tail == 16 ? 0xFFFFu : (1u << tail) - 1u);
-  for (int64_t oh = 0; oh < OH; oh += 2) {
-    const bool two = oh + 1 < OH;
-    const float* rows[K + 1];
-#pragma GCC unroll 8
-    for (int r = 0; r <= K; ++r) {
-      int64_t ih = oh - s.pt + r;
+  const __m512 bias = _mm512_set1_ps(bv);
+  for (int64_t oh = 0; oh < OH; oh += R) {
+    const int nrows = int(std::min<int64_t>(R, OH - oh));
+    const float* rows[NR];
+#pragma GCC unroll 16
+    for (int r = 0; r < NR; ++r) {
+      int64_t ih = oh * SH - s.pt + r;
       rows[r] = (ih >= 0 && ih < H) ? xc + ih * W : zero_row;
     }
-    float* y0 = yc + oh * OW;
-    float* y1 = two ? y0 + OW : nullptr;
     for (int64_t b = 0; b < nblk; ++b) {
       const int64_t* ob = off + b * K;
       const uint32_t* mb = mask + b * K;
-      const bool f = full[b] != 0;
-      __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+      __m512 acc[R];
 #pragma GCC unroll 8
-      for (int r = 0; r <= K; ++r) {
+      for (int j = 0; j < R; ++j) acc[j] = _mm512_setzero_ps();
+#pragma GCC unroll 16
+      for (int r = 0; r < NR; ++r) {
 #pragma GCC unroll 8
         for (int kw = 0; kw < K; ++kw) {
-          __m512 v = f ? _mm512_loadu_ps(rows[r] + ob[kw]) : _mm512_maskz_loadu_ps(__mmask16(mb[kw]), rows[r] + ob[kw]);
-          if (r < K) a0 = _mm512_fmadd_ps(wz[r * K + kw], v, a0);
-          if (r >= 1) a1 = _mm512_fmadd_ps(wz[(r - 1) * K + kw], v, a1);
+          const __m512 v = _mm512_maskz_loadu_ps(__mmask16(mb[kw]), rows[r] + ob[kw]);
+#pragma GCC unroll 8
+          for (int j = 0; j < R; ++j) {
+            const int kh = r - j * SH;
+            if (kh >= 0 && kh < K) acc[j] = _mm512_fmadd_ps(wz[kh * K + kw], v, acc[j]);
+          }
         }
       }
       const __mmask16 m = b + 1 < nblk ? __mmask16(0xFFFFu) : tail_mask;
-      _mm512_mask_storeu_ps(y0 + b * 16, m, a0);
-      if (two) _mm512_mask_storeu_ps(y1 + b * 16, m, a1);
+#pragma GCC unroll 8
+      for (int j = 0; j < R; ++j) {
+        if (j >= nrows) break;
+        float* yp = yc + (oh + j) * OW + b * 16;
+        __m512 v = acc[j];
+        if (bv != 0.f) v = _mm512_add_ps(v, bias);
+        if (rc) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rc + (oh + j) * OW + b * 16));
+        _mm512_mask_storeu_ps(yp, m, act_zmm(v, act));
+      }
     }
   }
 }
-
 }  // namespace
 
 void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const float* w, const float* bias,
@@ -215,6 +234,9 @@ void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const fl
       if (nv < 16 || mask[i] != all) full[size_t(b)] = 0;
     }
   }
+  // Output rows per pass of dw_plane_rows: 4, or 3 where that computes fewer rows past the end
+  // (6 and 3 rows: 8 and 4 with 4 at a time).
+  const bool r3 = (OH + 2) / 3 * 3 - OH < (OH + 3) / 4 * 4 - OH;
   __m512 wz[kMaxTaps];
   const std::vector<float> zero_row(static_cast<size_t>(W), 0.f);
   for (int64_t nc = c0; nc < c1; ++nc) {
@@ -233,8 +255,14 @@ void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const fl
                               : KW == 5 ? (KH == 5 ? dw_plane<5, 2, 5> : dw_plane<5, 2>)
                               : KW == 7 ? dw_plane<7, 2>
                                         : nullptr);
-    if (s.sw == 1 && s.sh == 1 && s.dw == 1 && s.dh == 1 && KH == KW && (KW == 3 || KW == 5))
-      plane = KW == 3 ? dw_plane_s1_2rows<3> : dw_plane_s1_2rows<5>;
+    if (s.sw == 1 && s.dw == 1 && s.dh == 1 && KH == KW && (KW == 3 || KW == 5) && (s.sh == 1 || s.sh == 2)) {
+      auto rows = s.sh == 1 ? (KW == 3 ? (r3 ? dw_plane_rows<3, 1, 3> : dw_plane_rows<3, 1, 4>)
+                                       : (r3 ? dw_plane_rows<5, 1, 3> : dw_plane_rows<5, 1, 4>))
+                            : (KW == 3 ? (r3 ? dw_plane_rows<3, 2, 3> : dw_plane_rows<3, 2, 4>)
+                                       : (r3 ? dw_plane_rows<5, 2, 3> : dw_plane_rows<5, 2, 4>));
+      rows(s, xc, wz, off.data(), mask.data(), nblk, zero_row.data(), yc, bv, rc, act);
+      continue;
+    }
     if (plane) {
       plane(s, xc, wz, off.data(), mask.data(), full.data(), nblk, zero_row.data(), yc);
       epilogue_row(yc, OH * OW, 1.f, bv, nullptr, rc, act);

@@ -388,6 +388,11 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
       {1, 5, 14, 14, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},      // depthwise 3x3 at 14x14 (8 + 6 columns)
       {1, 5, 14, 14, 5, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},      // depthwise 3x3 stride 2 to 7x7 (one partial block)
       {1, 3, 7, 7, 3, 3, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},        // depthwise 5x5 on a 7x7 plane
+      {1, 4, 12, 37, 4, 4, 5, 5, 2, 1, 1, 1, 2, 2, 2, 2},      // depthwise 5x5 stride (2, 1): 6 rows, 3 per pass
+      {1, 3, 13, 20, 3, 3, 3, 3, 2, 1, 1, 1, 1, 1, 1, 1},      // depthwise 3x3 stride (2, 1): 7 rows, 4 + 3
+      {1, 3, 10, 33, 3, 3, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},      // depthwise 5x5, 10 rows: 4 + 4 + 2 (rows past the end)
+      {1, 2, 3, 80, 2, 2, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},       // depthwise 5x5, 3 rows (one pass of 3), 5 full blocks
+      {1, 5, 9, 16, 5, 5, 3, 3, 1, 1, 1, 1, 0, 1, 2, 1},       // depthwise 3x3, 4 + 4 + 3 rows, asymmetric pads
       {1, 64, 20, 20, 7, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},     // 400 outputs in two column chunks (K = 576)
       {1, 16, 10, 15, 9, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},     // pointwise, 150 outputs: 3 panels, the last partial
       {1, 6, 31, 29, 10, 1, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},     // stride 2 im2col over several panels, padding both sides
