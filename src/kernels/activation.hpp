@@ -29,6 +29,12 @@ enum class ActKind { None, Relu, Clip, HardSigmoid, HardSwish, Sigmoid, LeakyRel
 struct Activation {
   ActKind kind = ActKind::None;
   float a = 0.f, b = 0.f;  // Clip: lo, hi; HardSigmoid: alpha, beta; LeakyRelu: alpha
+  // A scalar affine after the activation, v * post_mul + post_add (basalt::FusedConv's
+  // post_affine: a Mul and an Add by constant scalars that read the activation's output, as
+  // PaddleOCR's "learnable affine blocks"). The identities are 1 and -0 (x + -0 == x for every x,
+  // -0 included), so a Mul alone or an Add alone changes nothing else.
+  bool post = false;
+  float post_mul = 1.f, post_add = -0.f;
 };
 
 namespace {
@@ -72,7 +78,7 @@ namespace {
   return true;
 }
 
-[[maybe_unused]] inline float apply_activation(const Activation& act, float v) {
+[[maybe_unused]] inline float apply_activation_kind(const Activation& act, float v) {
   switch (act.kind) {
     case ActKind::None: return v;
     case ActKind::Relu: return (std::isnan(v) || v > 0) ? v : 0.f;
@@ -89,6 +95,26 @@ namespace {
     case ActKind::Tanh: return float(std::tanh(double(v)));
   }
   return v;
+}
+
+// The activation, then the post affine when there is one.
+[[maybe_unused]] inline float apply_activation(const Activation& act, float v) {
+  v = apply_activation_kind(act, v);
+  return act.post ? v * act.post_mul + act.post_add : v;
+}
+
+// Reads basalt::FusedConv's optional post_affine attribute value ([mul, add]) into act.post*.
+// Returns false (and sets *err) unless it is absent (empty) or has exactly two values.
+[[maybe_unused]] bool parse_post_affine(const std::vector<float>& v, Activation& act, std::string* err) {
+  if (v.empty()) return true;
+  if (v.size() != 2) {
+    if (err) *err = "post_affine takes 2 values [mul, add], got " + std::to_string(v.size());
+    return false;
+  }
+  act.post = true;
+  act.post_mul = v[0];
+  act.post_add = v[1];
+  return true;
 }
 
 // The epilogue over one row segment c[0..n): c = act(alpha * c + row_bias + col_bias[j] + res[j]).
@@ -134,8 +160,12 @@ namespace {
     }
     case ActKind::Sigmoid:
     case ActKind::Tanh:
-      for (int64_t j = 0; j < n; ++j) c[j] = apply_activation(act, c[j]);
+      for (int64_t j = 0; j < n; ++j) c[j] = apply_activation_kind(act, c[j]);
       break;
+  }
+  if (act.post) {
+    const float pm = act.post_mul, pa = act.post_add;
+    for (int64_t j = 0; j < n; ++j) c[j] = c[j] * pm + pa;
   }
 }
 

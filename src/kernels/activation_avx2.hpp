@@ -15,11 +15,11 @@ namespace {
 [[maybe_unused]] __attribute__((noinline)) __m256 act_ymm_scalar(__m256 x, const Activation& act) {
   alignas(32) float v[8];
   _mm256_store_ps(v, x);
-  for (float& e : v) e = apply_activation(act, e);
+  for (float& e : v) e = apply_activation_kind(act, e);
   return _mm256_load_ps(v);
 }
 
-[[maybe_unused]] inline __m256 act_ymm(__m256 x, const Activation& act) {
+[[maybe_unused]] inline __m256 act_ymm_kind(__m256 x, const Activation& act) {
   // Clamps as blends on ordered compares (false for NaN), so NaN passes as in act_zmm.
   auto below = [](__m256 v, __m256 lo) { return _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ)); };
   auto above = [](__m256 v, __m256 hi) { return _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ)); };
@@ -51,6 +51,12 @@ namespace {
     case ActKind::Tanh: return act_ymm_scalar(x, act);
     default: return x;
   }
+}
+
+// The activation, then the post affine when there is one (Activation::post).
+[[maybe_unused]] inline __m256 act_ymm(__m256 x, const Activation& act) {
+  x = act_ymm_kind(x, act);
+  return act.post ? _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(act.post_mul)), _mm256_set1_ps(act.post_add)) : x;
 }
 
 }  // namespace

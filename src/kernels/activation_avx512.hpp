@@ -19,11 +19,11 @@ namespace {
 [[maybe_unused]] __attribute__((noinline)) __m512 act_zmm_scalar(__m512 x, const Activation& act) {
   alignas(64) float v[16];
   _mm512_store_ps(v, x);
-  for (float& e : v) e = apply_activation(act, e);
+  for (float& e : v) e = apply_activation_kind(act, e);
   return _mm512_load_ps(v);
 }
 
-[[maybe_unused]] inline __m512 act_zmm(__m512 x, const Activation& act) {
+[[maybe_unused]] inline __m512 act_zmm_kind(__m512 x, const Activation& act) {
   // Clamps as blends on ordered compares (false for NaN), so NaN passes where std::max /
   // std::min let it pass; `below(v, lo)` / `above(v, hi)`: v < lo -> lo, v > hi -> hi.
   // (_mm512_max_ps / _mm512_min_ps would do, but trip GCC 12's -Wmaybe-uninitialized.)
@@ -54,6 +54,12 @@ namespace {
     case ActKind::Tanh: return act_zmm_scalar(x, act);
     default: return x;
   }
+}
+
+// The activation, then the post affine when there is one (Activation::post).
+[[maybe_unused]] inline __m512 act_zmm(__m512 x, const Activation& act) {
+  x = act_zmm_kind(x, act);
+  return act.post ? _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(act.post_mul)), _mm512_set1_ps(act.post_add)) : x;
 }
 
 }  // namespace

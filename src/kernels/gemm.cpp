@@ -64,7 +64,7 @@ constexpr int64_t PREFETCH_A_BYTES = 512 << 10;
 constexpr int64_t PREFETCH_B_BYTES = 1 << 20;
 
 bool has_epilogue(const Epilogue& ep) {
-  return ep.alpha != 1.f || ep.row_bias || ep.col_bias || ep.residual || ep.act.kind != ActKind::None;
+  return ep.alpha != 1.f || ep.row_bias || ep.col_bias || ep.residual || ep.act.kind != ActKind::None || ep.act.post;
 }
 
 }  // namespace

@@ -625,7 +625,7 @@ void scale_shift_avx512(const float* xb, const float* scale, const float* shift,
   const __m512 sc = _mm512_loadu_ps(scale), sh = _mm512_loadu_ps(shift);
   if (!act_zmm_exact(act)) {
     for (int64_t p = p0; p < p1; ++p)
-      _mm512_storeu_ps(yb + p * 16, act_zmm_scalar(_mm512_fmadd_ps(_mm512_loadu_ps(xb + p * 16), sc, sh), act));
+      _mm512_storeu_ps(yb + p * 16, act_zmm(_mm512_fmadd_ps(_mm512_loadu_ps(xb + p * 16), sc, sh), act));
     return;
   }
   int64_t p = p0;

@@ -505,6 +505,7 @@ void conv_f32(const float* x, const float* w, const float* b, float* y, int64_t 
 //   attrs   every Conv attribute (auto_pad, dilations, group, kernel_shape, pads, strides), plus
 //           activation: "" | Relu | Clip | HardSigmoid | HardSwish | Sigmoid | LeakyRelu | Tanh
 //           activation_params: floats (Clip [min, max], HardSigmoid [alpha, beta], LeakyRelu [alpha])
+//           post_affine: floats [mul, add] (optional): Y = act(...) * mul + add
 //   Y = act(conv(X, W) + B + Z), with each activation's float semantics equal to the ONNX op's
 //   (src/kernels/activation.hpp). An unknown activation is an Unsupported error at load.
 // 1-D and 2-D float convolutions run on the packed-GEMM / depthwise kernels of src/kernels/conv.hpp
@@ -514,6 +515,7 @@ kernels::Activation parse_fused_activation(const Node& n) {
   std::string err;
   if (!kernels::parse_activation(n.attr_string("activation", ""), n.attr_floats("activation_params", {}), act, &err))
     n.fail(ErrorCode::Unsupported, err);
+  if (!kernels::parse_post_affine(n.attr_floats("post_affine", {}), act, &err)) n.fail(ErrorCode::InvalidModel, err);
   return act;
 }
 

@@ -278,6 +278,85 @@ void fuse_conv_activation(PassContext& ctx) {
   if (any) compact(g, dead);
 }
 
+// FusedConv (with an activation) -> Mul(., a) [-> Add(., b) | Sub(., b)], a and b constant float
+// scalars -> the FusedConv with post_affine [a, b] (docs/fused_ops.md). The chain's last node is
+// rewritten in place (it keeps its output), so the order stays topological.
+void fuse_conv_post_affine(PassContext& ctx) {
+  Graph& g = ctx.graph;
+  const char* kPattern = "FusedConv+Mul/Add";
+  GraphIndex idx(g);
+  std::vector<bool> dead(g.nodes.size(), false);
+  bool any = false;
+  // The constant float scalar operand of binary node n whose other operand is x (for Sub only
+  // the right one), or NaN; `left` says x was the left operand.
+  auto scalar_of = [&](const Node& n, int x) -> double {
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    if (n.inputs.size() != 2 || n.inputs[0] == n.inputs[1]) return nan;
+    if (is_op(n, "Sub") && n.inputs[0] != x) return nan;
+    int o = n.inputs[0] == x ? n.inputs[1] : n.inputs[1] == x ? n.inputs[0] : -1;
+    const Tensor* t = o >= 0 ? constant_of(g, o) : nullptr;
+    if (!t || t->numel() != 1 || t->dtype() != DType::Float) return nan;
+    return t->get_double(0);
+  };
+  // The node that alone reads v (not a graph output, not captured), or -1.
+  auto sole = [&](int v) { return idx.captured(v) ? -1 : idx.sole_consumer(v); };
+  for (size_t ci = 0; ci < g.nodes.size(); ++ci) {
+    const Node& conv = g.nodes[ci];
+    if (dead[ci] || conv.domain != "basalt" || conv.op_type != "FusedConv" || conv.outputs.size() != 1 ||
+        conv.attr_string("activation", "").empty() || conv.find_attr("post_affine"))
+      continue;
+    int y = conv.outputs[0];
+    int next = sole(y);
+    if (next < 0) continue;
+    float mul = 1.f, add = -0.f;
+    Node* last = nullptr;
+    int n1 = -1;
+    const Node& a = g.nodes[size_t(next)];
+    if (is_op(a, "Mul")) {
+      double k = scalar_of(a, y);
+      if (std::isnan(k)) {
+        ctx.reject(kPattern, conv, "the Mul's other operand is not a constant float scalar");
+        continue;
+      }
+      mul = float(k);
+      last = &g.nodes[size_t(next)];
+      n1 = next;
+      int after = sole(a.outputs[0]);
+      if (after >= 0 && (is_op(g.nodes[size_t(after)], "Add") || is_op(g.nodes[size_t(after)], "Sub"))) {
+        const Node& b = g.nodes[size_t(after)];
+        double kb = scalar_of(b, a.outputs[0]);
+        if (!std::isnan(kb)) {
+          add = is_op(b, "Sub") ? -float(kb) : float(kb);
+          last = &g.nodes[size_t(after)];
+        }
+      }
+    } else if (is_op(a, "Add") || is_op(a, "Sub")) {
+      double kb = scalar_of(a, y);
+      if (std::isnan(kb)) continue;  // a residual Add of two tensors: not this pattern
+      add = is_op(a, "Sub") ? -float(kb) : float(kb);
+      last = &g.nodes[size_t(next)];
+    } else {
+      continue;
+    }
+    std::vector<int> inputs = conv.inputs;
+    std::vector<Attribute> attrs = conv.attrs;
+    std::string name = conv.name;
+    dead[ci] = true;
+    if (n1 >= 0 && last != &g.nodes[size_t(n1)]) dead[size_t(n1)] = true;
+    last->op_type = "FusedConv";
+    last->domain = "basalt";
+    last->opset = 1;
+    last->name = std::move(name);
+    last->inputs = std::move(inputs);
+    last->attrs = std::move(attrs);
+    last->outputs.resize(1);
+    set_attr(*last, make_attr_floats("post_affine", {mul, add}));
+    ctx.applied(kPattern);
+    any = true;
+  }
+  if (any) compact(g, dead);
+}
+
 namespace {
 
 // The activation node that alone reads `producer`'s output y (not captured by a subgraph), or -1;

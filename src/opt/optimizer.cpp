@@ -84,6 +84,7 @@ const PassInfo kPasses[] = {
     {"fuse_matmul_add", OptLevel::Extended, false, fuse_matmul_add},
     {"fuse_hardswish", OptLevel::Extended, false, fuse_hardswish},
     {"fuse_conv_activation", OptLevel::Extended, true, fuse_conv_activation},
+    {"fuse_conv_post_affine", OptLevel::Extended, true, fuse_conv_post_affine},
     {"fuse_gemm_activation", OptLevel::Extended, true, fuse_gemm_activation},
     {"fuse_bn_activation", OptLevel::Extended, true, fuse_bn_activation},
     {"remove_dead_nodes", OptLevel::Extended, false, remove_dead_nodes},

@@ -20,6 +20,7 @@ void fuse_conv_affine(PassContext& ctx);       // Conv + Mul/Add/Sub/Div by a pe
 
 // ---- Extended (basalt-domain ops): fuse_conv.cpp
 void fuse_conv_activation(PassContext& ctx);   // Conv (+ residual Add) + activation -> basalt::FusedConv
+void fuse_conv_post_affine(PassContext& ctx);  // FusedConv(act) -> Mul / Add by scalars -> its post_affine
 void fuse_bn_activation(PassContext& ctx);     // BatchNormalization + activation -> basalt::FusedBatchNormalization
 void fuse_gemm_activation(PassContext& ctx);   // Gemm + activation -> basalt::FusedMatMul
 // fuse_affine.cpp (a standard op, but of opset 14: Extended, like the other new-opset rewrites)

@@ -620,7 +620,8 @@ TEST(KernelsOps, FusedConvMatchesConvPlusActivation) {
   struct Case {
     int64_t C, M, H, W, K, G, s, p;
   };
-  std::vector<Case> cases = {{3, 8, 13, 11, 3, 1, 1, 1}, {16, 16, 9, 10, 3, 16, 2, 1}, {12, 24, 7, 7, 1, 1, 1, 0}, {8, 6, 10, 9, 5, 2, 2, 2}};
+  std::vector<Case> cases = {{3, 8, 13, 11, 3, 1, 1, 1}, {16, 16, 9, 10, 3, 16, 2, 1}, {12, 24, 7, 7, 1, 1, 1, 0},
+                             {8, 6, 10, 9, 5, 2, 2, 2},  {16, 16, 9, 21, 3, 16, 1, 1}, {5, 5, 7, 18, 5, 5, 1, 2}};
   int i = 0;
   for (auto& c : cases)
     for (int threads : {1, 3}) {
@@ -640,12 +641,24 @@ TEST(KernelsOps, FusedConvMatchesConvPlusActivation) {
       for (int64_t e = 0; e < want.numel(); ++e)
         want.data<float>()[e] = k::apply_activation(acts[ai], want.data<float>()[e] + z.data<float>()[e]);
       expect_tensors_close(y, want, 1e-4f, std::string("FusedConv ") + names[ai]);
+      // The same with a post affine (the Mul and Add that follow the activation, fused): every
+      // kernel path (GEMM tiles, im2col, depthwise, and their scalar epilogues) applies it.
+      auto pat = fat;
+      const float pm = i % 2 ? 1.25f : -0.75f, pa = i % 2 ? -0.5f : 0.f;
+      pat.push_back(attr("post_affine", Floats{pm, pa}));
+      Tensor yp = run_prepared("FusedConv", 1, {x, w, b, z}, pat, {false, true, true}, threads, "basalt");
+      Tensor wantp = want.clone();
+      for (int64_t e = 0; e < wantp.numel(); ++e) wantp.data<float>()[e] = wantp.data<float>()[e] * pm + pa;
+      expect_tensors_close(yp, wantp, 1e-4f, std::string("FusedConv post_affine ") + names[ai]);
       // Without prepare (weights packed per call) and with prepare agree with plain Conv.
       Tensor y2 = run_prepared("Conv", 11, {x, w, b}, at, {false, true, true}, threads);
       expect_tensors_close(y2, conv, 1e-5f, "Conv packed");
     }
   Tensor x = rand_tensor({1, 2, 5, 5}, rng), w = rand_tensor({3, 2, 3, 3}, rng);
   EXPECT_THROW(run_op("FusedConv", 1, {x, w}, {attr("activation", "Mish")}, 1, "basalt"), Error);
+  // post_affine takes exactly [mul, add]
+  EXPECT_THROW(run_op("FusedConv", 1, {x, w}, {attr("activation", "Relu"), attr("post_affine", Floats{2.f})}, 1, "basalt"),
+               Error);
   // residual of the wrong shape
   EXPECT_THROW(run_op("FusedConv", 1, {x, w, Value(), rand_tensor({1, 3, 2, 2}, rng)}, {}, 1, "basalt"), Error);
 }

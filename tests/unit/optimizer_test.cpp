@@ -824,6 +824,98 @@ TEST(OptimizerAffine, SpelledOutHardSwishBecomesHardSwishThenFusedConv) {
   EXPECT_EQ(count_ops(*open(bytes, 1)->model().graph, "Clip"), 1);
 }
 
+// X[1,16,10,10] -> `blocks` x (Conv(pad 1) -> act -> [Mul(scalar)] -> [Add / Sub(scalar)]) ->
+// Conv(pad 1) -> Y: PaddleOCR's "learnable affine blocks" between padded convs (the affine cannot
+// fold into the next conv's weights: its zero padding would then stand for another value).
+Builder conv_act_affine(const char* act, const char* op1, const char* op2, bool tensor_mul = false, int blocks = 1) {
+  Builder b(14);
+  b.input("X", {1, 16, 10, 10});
+  b.init("B", random_tensor({16}, 2));
+  b.init("s", tensor_mul ? random_tensor({16, 1, 1}, 5) : scalar_f(1.75f));
+  b.init("t", scalar_f(-0.625f));
+  std::vector<Attribute> conv_attrs = {attr("pads", Ints{1, 1, 1, 1}), attr("kernel_shape", Ints{3, 3})};
+  std::string cur = "X";
+  for (int k = 0; k <= blocks; ++k) {
+    const std::string id = std::to_string(k);
+    b.init("W" + id, random_tensor({16, 16, 3, 3}, 10 + uint32_t(k), -0.3f, 0.3f));
+    if (k == blocks) {
+      b.node("Conv", {cur, "W" + id}, {"Y"}, conv_attrs, "conv" + id);
+      break;
+    }
+    b.node("Conv", {cur, "W" + id, "B"}, {"C" + id}, conv_attrs, "conv" + id);
+    b.node(act, {"C" + id}, {"A" + id});
+    cur = "A" + id;
+    if (op1) {
+      b.node(op1, {"s", cur}, {"M" + id});
+      cur = "M" + id;
+    }
+    if (op2) {
+      b.node(op2, {cur, "t"}, {"P" + id});
+      cur = "P" + id;
+    }
+  }
+  b.output("Y");
+  return b;
+}
+
+TEST(OptimizerAffine, ScalarMulAddAfterAnActivationBecomePostAffine) {
+  const std::vector<std::pair<std::string, Value>> feeds = {{"X", random_tensor({1, 16, 10, 10}, 9)}};
+  {
+    std::string bytes = conv_act_affine("HardSwish", "Mul", "Add").bytes();
+    auto s = open(bytes, 2);
+    EXPECT_EQ(report_of(*s).fusions.at("FusedConv+Mul/Add"), 1);
+    const Graph& g = *s->model().graph;
+    EXPECT_EQ(count_ops(g, "Mul"), 0);
+    EXPECT_EQ(count_ops(g, "Add"), 0);
+    ASSERT_EQ(g.nodes.size(), 2u);  // FusedConv (post_affine) and the last Conv
+    const Attribute* pa = g.nodes[0].find_attr("post_affine");
+    ASSERT_NE(pa, nullptr);
+    ASSERT_EQ(pa->floats.size(), 2u);
+    EXPECT_EQ(pa->floats[0], 1.75f);
+    EXPECT_EQ(pa->floats[1], -0.625f);
+    expect_same_outputs(bytes, 2, feeds);
+  }
+  {
+    // A chain of four convs runs blocked with the layout pass (AVX2 / AVX-512 CPUs); each
+    // NchwcConv keeps its post_affine.
+    std::string bytes = conv_act_affine("HardSwish", "Mul", "Add", false, 3).bytes();
+    auto s3 = open(bytes, 3);
+    EXPECT_EQ(report_of(*s3).fusions.at("FusedConv+Mul/Add"), 3);
+    if (kernels::best_isa() >= kernels::Isa::Avx2) {
+      int blocked_with_affine = 0;
+      for (auto& n : s3->model().graph->nodes) blocked_with_affine += n.op_type == "NchwcConv" && n.find_attr("post_affine");
+      EXPECT_EQ(count_ops(*s3->model().graph, "NchwcConv"), 4);
+      EXPECT_EQ(blocked_with_affine, 3);
+    }
+    expect_same_outputs(bytes, 3, feeds);
+  }
+  {
+    std::string bytes = conv_act_affine("Relu", nullptr, "Sub").bytes();  // x - t alone: [1, -t]
+    auto s = open(bytes, 2);
+    EXPECT_EQ(report_of(*s).fusions.at("FusedConv+Mul/Add"), 1);
+    const Attribute* pa = s->model().graph->nodes[0].find_attr("post_affine");
+    ASSERT_NE(pa, nullptr);
+    EXPECT_EQ(pa->floats[0], 1.f);
+    EXPECT_EQ(pa->floats[1], 0.625f);
+    expect_same_outputs(bytes, 2, feeds);
+  }
+  {
+    std::string bytes = conv_act_affine("LeakyRelu", "Mul", nullptr).bytes();  // Mul alone: [s, -0]
+    auto s = open(bytes, 3);
+    EXPECT_EQ(report_of(*s).fusions.at("FusedConv+Mul/Add"), 1);
+    expect_same_outputs(bytes, 3, feeds);
+  }
+  {
+    // A per-channel Mul is not a scalar: reported, left as it is.
+    std::string bytes = conv_act_affine("HardSwish", "Mul", "Add", true).bytes();
+    auto s = open(bytes, 2);
+    EXPECT_EQ(report_of(*s).fusions.count("FusedConv+Mul/Add"), 0u);
+    EXPECT_TRUE(rejected_with(report_of(*s), "FusedConv+Mul/Add", "not a constant float scalar"));
+    EXPECT_EQ(count_ops(*s->model().graph, "Mul"), 1);
+    expect_same_outputs(bytes, 2, feeds);
+  }
+}
+
 TEST(OptimizerAffine, HardSwishNotMatchedWithOtherConstantsOrAnIntermediateInUse) {
   {
     auto s = open(conv_hardswish(2.f, false).bytes(), 3);  // x * Clip(x + 2, 0, 6) / 6 is not HardSwish
