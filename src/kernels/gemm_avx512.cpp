@@ -47,6 +47,7 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, 
     a += PLAIN ? 1 : MR;
     b += ldb;
   }
+  const Activation act = te ? te->act : Activation{};  // a local copy: the stores cannot alias it
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
@@ -60,7 +61,7 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, 
         if (te->row_bias) x = _mm512_add_ps(x, _mm512_set1_ps(te->row_bias[r]));
         if (te->col_bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, te->col_bias + v * 16));
         if (te->residual) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, te->residual + r * te->ldr + v * 16));
-        x = act_zmm(x, te->act);
+        x = act_zmm(x, act);
       }
       _mm512_mask_storeu_ps(p, mk, x);
     }

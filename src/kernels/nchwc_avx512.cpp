@@ -115,6 +115,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
       else channels.template operator()<0>();
     }
     if (epi) {
+      const Activation act = *epi->act;  // a local copy: the stores below cannot alias it
 #pragma GCC unroll 4
       for (int f = 0; f < F; ++f) {
         const __m512 b = _mm512_loadu_ps(epi->bias + f * 16);
@@ -123,7 +124,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
         for (int p = 0; p < P; ++p) {
           __m512 v = _mm512_add_ps(acc[p][f], b);
           if (epi->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(epi->residual + f * ys_blk + p * 16));
-          acc[p][f] = _mm512_maskz_mov_ps(lanes, act_zmm(v, *epi->act));
+          acc[p][f] = _mm512_maskz_mov_ps(lanes, act_zmm(v, act));
         }
       }
     }
