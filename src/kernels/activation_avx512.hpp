@@ -62,5 +62,32 @@ namespace {
   return act.post ? _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(act.post_mul)), _mm512_set1_ps(act.post_add)) : x;
 }
 
+// act_zmm on v[0..n), the kind tested once for all of them (a tile's epilogue: testing it, and
+// `post`, per vector cost 3% more instructions in the blocked conv tiles). With n known at the
+// call site, the loops unroll and v stays in registers.
+[[maybe_unused]] __attribute__((always_inline)) inline void act_zmm_n(__m512* v, int n, const Activation& act) {
+  const Activation a = act;  // a local copy: inside each case its kind is known
+  switch (a.kind) {
+    case ActKind::None: break;
+#define BASALT_ACT_N_CASE(K)                                   \
+  case ActKind::K:                                             \
+    _Pragma("GCC unroll 24") for (int i = 0; i < n; ++i) v[i] = act_zmm_kind(v[i], a); \
+    break;
+    BASALT_ACT_N_CASE(Relu)
+    BASALT_ACT_N_CASE(Clip)
+    BASALT_ACT_N_CASE(HardSigmoid)
+    BASALT_ACT_N_CASE(HardSwish)
+    BASALT_ACT_N_CASE(LeakyRelu)
+    BASALT_ACT_N_CASE(Sigmoid)
+    BASALT_ACT_N_CASE(Tanh)
+#undef BASALT_ACT_N_CASE
+  }
+  if (a.post) {
+    const __m512 m = _mm512_set1_ps(a.post_mul), b = _mm512_set1_ps(a.post_add);
+#pragma GCC unroll 24
+    for (int i = 0; i < n; ++i) v[i] = _mm512_add_ps(_mm512_mul_ps(v[i], m), b);
+  }
+}
+
 }  // namespace
 }  // namespace basalt::kernels

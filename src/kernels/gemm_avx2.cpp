@@ -56,18 +56,24 @@ void tile(int64_t kc, const float* a, const float* b, int64_t ldb, float* c, int
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 2
     for (int v = 0; v < NV; ++v) {
-      float* p = c + r * ldc + v * 8;
       __m256 x = s[r][v];
-      if (accumulate) x = _mm256_add_ps(x, load(p, v));
+      if (accumulate) x = _mm256_add_ps(x, load(c + r * ldc + v * 8, v));
       if (te) {  // the Epilogue's order of operations (activation.hpp, epilogue_row)
         if (te->alpha != 1.f) x = _mm256_mul_ps(x, _mm256_set1_ps(te->alpha));
         if (te->row_bias) x = _mm256_add_ps(x, _mm256_set1_ps(te->row_bias[r]));
         if (te->col_bias) x = _mm256_add_ps(x, load(te->col_bias + v * 8, v));
         if (te->residual) x = _mm256_add_ps(x, load(te->residual + r * te->ldr + v * 8, v));
-        x = act_ymm(x, te->act);
       }
-      if (v < NV - 1 || full) _mm256_storeu_ps(p, x);
-      else _mm256_maskstore_ps(p, last, x);
+      s[r][v] = x;
+    }
+  if (te) act_ymm_n(&s[0][0], R * NV, te->act);  // the activation's kind tested once per tile
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 2
+    for (int v = 0; v < NV; ++v) {
+      float* p = c + r * ldc + v * 8;
+      if (v < NV - 1 || full) _mm256_storeu_ps(p, s[r][v]);
+      else _mm256_maskstore_ps(p, last, s[r][v]);
     }
 }
 

@@ -47,24 +47,26 @@ void tile(int64_t kc, const float* a, int64_t lda, const float* b, int64_t ldb, 
     a += PLAIN ? 1 : MR;
     b += ldb;
   }
-  const Activation act = te ? te->act : Activation{};  // a local copy: the stores cannot alias it
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
-      float* p = c + r * ldc + v * 16;
       __mmask16 mk = v == NV - 1 ? last : __mmask16(0xFFFF);
       __m512 x = s[r][v];
-      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, p));
+      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, c + r * ldc + v * 16));
       if (te) {  // the Epilogue's order of operations (activation.hpp, epilogue_row)
         if (te->alpha != 1.f) x = _mm512_mul_ps(x, _mm512_set1_ps(te->alpha));
         if (te->row_bias) x = _mm512_add_ps(x, _mm512_set1_ps(te->row_bias[r]));
         if (te->col_bias) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, te->col_bias + v * 16));
         if (te->residual) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(mk, te->residual + r * te->ldr + v * 16));
-        x = act_zmm(x, act);
       }
-      _mm512_mask_storeu_ps(p, mk, x);
+      s[r][v] = x;
     }
+  if (te) act_zmm_n(&s[0][0], R * NV, te->act);  // the activation's kind tested once per tile
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(c + r * ldc + v * 16, v == NV - 1 ? last : __mmask16(0xFFFF), s[r][v]);
 }
 
 template <int R, bool PLAIN>

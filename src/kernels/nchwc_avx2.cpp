@@ -110,11 +110,18 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
     }
     if (epi) {
       const Blk b = bload(epi->bias);
+      __m256 v[2 * P];
 #pragma GCC unroll 8
       for (int p = 0; p < P; ++p) {
-        Blk v = badd(acc[p], b);
-        if (res) v = badd(v, bload(res + p * 16));
-        acc[p] = bkeep(bact(v, *epi->act), epi->valid);
+        Blk t = badd(acc[p], b);
+        if (res) t = badd(t, bload(res + p * 16));
+        v[2 * p] = t.lo;
+        v[2 * p + 1] = t.hi;
+      }
+      act_ymm_n(v, 2 * P, *epi->act);
+#pragma GCC unroll 8
+      for (int p = 0; p < P; ++p) {
+        acc[p] = bkeep(Blk{v[2 * p], v[2 * p + 1]}, epi->valid);
       }
     }
 #pragma GCC unroll 8
@@ -289,12 +296,13 @@ void dw_tile_k3_halves(const DwArgs& d, int64_t oh, int64_t ow0, int64_t kh0, in
           std::make_integer_sequence<int, (P - 1) * SW + 3>{});
     }
     const __m256 keep = H ? d.valid.hi : d.valid.lo;
+    const Activation act = *d.act;  // a local copy: the stores cannot alias it
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p) {
       const int64_t o = (oh * s.OW + ow0 + p) * 16 + 8 * H;
       __m256 v = acc[p];
       if (d.rb) v = _mm256_add_ps(v, _mm256_loadu_ps(d.rb + o));
-      _mm256_storeu_ps(d.yb + o, _mm256_and_ps(act_ymm(v, *d.act), keep));
+      _mm256_storeu_ps(d.yb + o, _mm256_and_ps(act_ymm(v, act), keep));
     }
   };
   half.template operator()<0>();

@@ -115,17 +115,19 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
       else channels.template operator()<0>();
     }
     if (epi) {
-      const Activation act = *epi->act;  // a local copy: the stores below cannot alias it
 #pragma GCC unroll 4
       for (int f = 0; f < F; ++f) {
         const __m512 b = _mm512_loadu_ps(epi->bias + f * 16);
         const __mmask16 lanes = f == F - 1 ? epi->last_lanes : __mmask16(0xFFFF);
+        __m512 v[P];
 #pragma GCC unroll 16
         for (int p = 0; p < P; ++p) {
-          __m512 v = _mm512_add_ps(acc[p][f], b);
-          if (epi->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(epi->residual + f * ys_blk + p * 16));
-          acc[p][f] = _mm512_maskz_mov_ps(lanes, act_zmm(v, act));
+          v[p] = _mm512_add_ps(acc[p][f], b);
+          if (epi->residual) v[p] = _mm512_add_ps(v[p], _mm512_loadu_ps(epi->residual + f * ys_blk + p * 16));
         }
+        act_zmm_n(v, P, *epi->act);
+#pragma GCC unroll 16
+        for (int p = 0; p < P; ++p) acc[p][f] = _mm512_maskz_mov_ps(lanes, v[p]);
       }
     }
 #pragma GCC unroll 16
@@ -244,11 +246,12 @@ template <int P>
 inline void dw_store(const Conv2dShape& s, const __m512* acc, const float* rb, const Activation& act, __mmask16 lanes,
                      float* yb, int64_t oh, int64_t ow0) {
   float* y = yb + (oh * s.OW + ow0) * 16;
+  const Activation a = act;  // a local copy: the stores cannot alias it
 #pragma GCC unroll 16
   for (int p = 0; p < P; ++p) {
     __m512 v = acc[p];
     if (rb) v = _mm512_add_ps(v, _mm512_loadu_ps(rb + (oh * s.OW + ow0 + p) * 16));
-    _mm512_storeu_ps(y + p * 16, _mm512_maskz_mov_ps(lanes, act_zmm(v, act)));
+    _mm512_storeu_ps(y + p * 16, _mm512_maskz_mov_ps(lanes, act_zmm(v, a)));
   }
 }
 
