@@ -283,28 +283,36 @@ void dw_tile(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias
 // stride 2: C144@56 51 -> 44, C96@112 199 -> 196 (bound by reading its 4.8 MB input). MobileNetV2
 // (basalt bench, median of 200, four alternating processes): 1 thread 6.18-6.46 -> 6.11-6.41 ms,
 // 2 threads 3.72-3.83 -> 3.53-3.68 ms.
-template <int P, int SW>
-inline void dw_row_k3(const float* xp, __m512 w0, __m512 w1, __m512 w2, __m512* acc) {
+// (The same for 5-wide rows, PaddleOCR's 5x5 depthwise convs: (P - 1) * SW + 5 loads per kernel
+// row instead of 5P. PaddleOCR rec, 1 thread, compare_nodes.py: W240x1x5x5 @12x80 0.88 -> see
+// the commit.)
+template <int P, int SW, int K>
+inline void dw_row_k(const float* xp, const __m512* w, __m512* acc) {
   auto tap = [&]<int i>() {
     const __m512 v = _mm512_loadu_ps(xp + i * 16);
-    if constexpr (i % SW == 0 && i / SW < P) acc[i / SW] = _mm512_fmadd_ps(v, w0, acc[i / SW]);
-    if constexpr (i >= 1 && (i - 1) % SW == 0 && (i - 1) / SW < P) acc[(i - 1) / SW] = _mm512_fmadd_ps(v, w1, acc[(i - 1) / SW]);
-    if constexpr (i >= 2 && (i - 2) % SW == 0 && (i - 2) / SW < P) acc[(i - 2) / SW] = _mm512_fmadd_ps(v, w2, acc[(i - 2) / SW]);
+    [&]<int... T>(std::integer_sequence<int, T...>) {
+      ((void)((i >= T && (i - T) % SW == 0 && (i - T) / SW < P)
+                  ? (acc[(i - T) / SW] = _mm512_fmadd_ps(v, w[T], acc[(i - T) / SW]), 0)
+                  : 0),
+       ...);
+    }(std::make_integer_sequence<int, K>{});
   };
   [&]<int... J>(std::integer_sequence<int, J...>) { (tap.template operator()<J>(), ...); }(
-      std::make_integer_sequence<int, (P - 1) * SW + 3>{});
+      std::make_integer_sequence<int, (P - 1) * SW + K>{});
 }
 
-template <int P, int SW>
-void dw_tile_k3(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias, const float* rb,
-                const Activation& act, __mmask16 lanes, float* yb, int64_t oh, int64_t ow0, int64_t kh0, int64_t kh1) {
+template <int P, int SW, int K>
+void dw_tile_k(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias, const float* rb,
+               const Activation& act, __mmask16 lanes, float* yb, int64_t oh, int64_t ow0, int64_t kh0, int64_t kh1) {
   __m512 acc[P];
 #pragma GCC unroll 16
   for (int p = 0; p < P; ++p) acc[p] = bias;
   for (int64_t kh = kh0; kh < kh1; ++kh) {
     const float* xp = xb + ((oh * s.sh - s.pt + kh * s.dh) * s.W + ow0 * SW - s.pl) * 16;
-    dw_row_k3<P, SW>(xp, _mm512_loadu_ps(wb + kh * 48), _mm512_loadu_ps(wb + kh * 48 + 16),
-                     _mm512_loadu_ps(wb + kh * 48 + 32), acc);
+    __m512 w[K];
+#pragma GCC unroll 8
+    for (int k = 0; k < K; ++k) w[k] = _mm512_loadu_ps(wb + (kh * K + k) * 16);
+    dw_row_k<P, SW, K>(xp, w, acc);
   }
   dw_store<P>(s, acc, rb, act, lanes, yb, oh, ow0);
 }
@@ -332,8 +340,10 @@ void dw_tiles(const Conv2dShape& s, const float* xb, const float* wb, __m512 bia
   if constexpr (P > 1) {
     if (n < P) return dw_tiles<P - 1>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, n, kh0, kh1);
   }
-  if (s.KW == 3 && s.dw == 1 && s.sw == 1) return dw_tile_k3<P, 1>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
-  if (s.KW == 3 && s.dw == 1 && s.sw == 2) return dw_tile_k3<P, 2>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
+  if (s.KW == 3 && s.dw == 1 && s.sw == 1) return dw_tile_k<P, 1, 3>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
+  if (s.KW == 3 && s.dw == 1 && s.sw == 2) return dw_tile_k<P, 2, 3>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
+  if (s.KW == 5 && s.dw == 1 && s.sw == 1) return dw_tile_k<P, 1, 5>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
+  if (s.KW == 5 && s.dw == 1 && s.sw == 2) return dw_tile_k<P, 2, 5>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
   dw_tile<P>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
 }
 

@@ -133,6 +133,12 @@ TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
       // stride 1 interiors of 14 and 9 pixels (more tile tails of dw_tile_k3 and its AVX2 halves)
       {1, 24, 24, 5, 16, 3, 1, 1, 1, true, false, true, ActKind::Relu},
       {1, 9, 9, 6, 11, 3, 1, 1, 0, true, false, false, ActKind::Clip},
+      // depthwise 5x5 rows that load each input once (dw_tile_k): stride 1 and 2, with and
+      // without padding, residual, full tiles and tails
+      {1, 35, 35, 9, 29, 5, 1, 1, 2, true, false, true, ActKind::HardSwish},
+      {1, 20, 20, 7, 37, 5, 2, 1, 2, true, false, false, ActKind::Relu},
+      {2, 16, 16, 6, 21, 5, 1, 1, 0, true, false, true, ActKind::None},
+      {1, 33, 33, 11, 40, 5, 2, 1, 0, true, false, false, ActKind::Clip},
   };
   for (const ConvCase& c : cases) check_conv(c, rng);
 }
