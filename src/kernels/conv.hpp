@@ -8,7 +8,8 @@
 //   place by the microkernel for few output channels, else copied into panels chunk by chunk.
 // - With several threads and enough columns, whole chunks go to threads, each with its own
 //   column buffer (the same memory in total as one shared buffer).
-// - Depthwise (Cg == 1, G > 1): a direct kernel per channel, vectorized along the output width.
+// - Depthwise (Cg == 1, G > 1): a direct kernel per channel, vectorized along the output width
+//   (AVX-512: 16 columns per register, 3 or 4 output rows at a time for square 3x3 / 5x5 kernels).
 // - Bias, residual (same shape as Y) and the activation are applied in the GEMM epilogue, i.e.
 //   on each tile while it is in cache.
 #pragma once
