@@ -523,6 +523,16 @@ TEST(KernelsVec, Pool2dEveryIsaAndThreadCount) {
       {11, 111, 3, 3, 2, 2, 1, 1, 0, 0, 0, 0}, {8, 31, 2, 2, 2, 2, 1, 1, 0, 0, 1, 1},
       {10, 35, 3, 5, 3, 3, 2, 2, 2, 2, 2, 1}, {6, 7, 9, 11, 1, 1, 1, 1, 2, 3, 1, 3},
       {15, 64, 5, 5, 1, 2, 1, 2, 2, 4, 2, 4},
+      // planes at most 16 wide (the AVX-512 build's one-register rows): ShuffleNet's 3x3 stride 2
+      // on 14x14, a 7x7 window over 7x7, 4 rows (groups of 3 + 1) with dilation, dilated columns,
+      // stride 3, rows with no valid tap
+      {14, 14, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1}, {7, 7, 7, 7, 1, 1, 1, 1, 0, 0, 0, 0},
+      {5, 13, 4, 5, 1, 1, 2, 1, 2, 2, 2, 2},  {12, 16, 5, 3, 2, 1, 1, 3, 1, 2, 1, 2},
+      {9, 11, 2, 4, 3, 3, 1, 1, 1, 3, 1, 3},  {3, 5, 2, 2, 1, 1, 1, 1, 3, 1, 3, 1},
+      // 17 to 32 wide with at most 16 outputs (two registers per row): 28x28 3x3 stride 2, 16
+      // outputs from 32 columns, a 7-wide dilated window at stride 3
+      {28, 28, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1}, {6, 17, 2, 2, 2, 2, 1, 1, 0, 0, 0, 1},
+      {9, 32, 3, 5, 1, 2, 1, 1, 1, 2, 1, 2},  {5, 20, 3, 7, 2, 3, 1, 2, 1, 3, 1, 3},
   };
   for (const G& c : cases)
     for (int avg = 0; avg < 2; ++avg)
