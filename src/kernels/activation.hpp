@@ -4,7 +4,7 @@
 //   Relu         max(0, x), NaN passes through
 //   Clip         min(max(x, lo), hi)                      params [lo, hi]
 //   HardSigmoid  max(0, min(1, alpha * x + beta))         params [alpha, beta] (default 0.2, 0.5)
-//   HardSwish    x * max(0, min(1, x / 6 + 0.5))
+//   HardSwish    x * max(0, min(1, x * (1/6) + 0.5)), one rounding (fma), as the HardSwish op
 //   Sigmoid      1 / (1 + exp(-x)), computed in double like the reference op
 //   LeakyRelu    x < 0 ? alpha * x : x                    params [alpha] (default 0.01)
 //   Tanh         tanh(x), computed in double like the reference op
@@ -84,7 +84,7 @@ namespace {
     case ActKind::Relu: return (std::isnan(v) || v > 0) ? v : 0.f;
     case ActKind::Clip: return std::min(std::max(v, act.a), act.b);
     case ActKind::HardSigmoid: return std::max(0.f, std::min(1.f, act.a * v + act.b));
-    case ActKind::HardSwish: return v * std::max(0.f, std::min(1.f, v / 6.f + 0.5f));
+    case ActKind::HardSwish: return v * std::max(0.f, std::min(1.f, std::fma(v, 1.f / 6.f, 0.5f)));
     case ActKind::Sigmoid: {
       double d = double(v);
       if (d >= 0) return float(1.0 / (1.0 + std::exp(-d)));
@@ -151,7 +151,7 @@ namespace {
       break;
     }
     case ActKind::HardSwish:
-      for (int64_t j = 0; j < n; ++j) c[j] = c[j] * std::max(0.f, std::min(1.f, c[j] / 6.f + 0.5f));
+      for (int64_t j = 0; j < n; ++j) c[j] = c[j] * std::max(0.f, std::min(1.f, std::fma(c[j], 1.f / 6.f, 0.5f)));
       break;
     case ActKind::LeakyRelu: {
       float al = act.a;

@@ -40,7 +40,7 @@ namespace {
       return pos(min1(t));
     }
     case ActKind::HardSwish: {
-      __m256 t = _mm256_add_ps(_mm256_div_ps(x, _mm256_set1_ps(6.f)), _mm256_set1_ps(0.5f));
+      __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.f / 6.f), _mm256_set1_ps(0.5f));  // as the HardSwish op (eltwise)
       return _mm256_mul_ps(x, pos(min1(t)));
     }
     case ActKind::LeakyRelu: {

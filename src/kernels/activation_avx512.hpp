@@ -45,7 +45,7 @@ namespace {
       return pos(min1(t));
     }
     case ActKind::HardSwish: {
-      __m512 t = _mm512_add_ps(_mm512_div_ps(x, _mm512_set1_ps(6.f)), _mm512_set1_ps(0.5f));
+      __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.f / 6.f), _mm512_set1_ps(0.5f));  // as the HardSwish op (eltwise)
       return _mm512_mul_ps(x, pos(min1(t)));
     }
     case ActKind::LeakyRelu:
