@@ -139,6 +139,14 @@ TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
       {1, 20, 20, 7, 37, 5, 2, 1, 2, true, false, false, ActKind::Relu},
       {2, 16, 16, 6, 21, 5, 1, 1, 0, true, false, true, ActKind::None},
       {1, 33, 33, 11, 40, 5, 2, 1, 0, true, false, false, ActKind::Clip},
+      // narrow 3x3 depthwise rows, one pass per row (dw_row_narrow): 14 and 7 wide at stride 1,
+      // stride 2 with and without a missing right tap, 16 and 2 wide, residual
+      {1, 40, 40, 14, 14, 3, 1, 1, 1, true, false, true, ActKind::Clip},
+      {1, 20, 20, 7, 7, 3, 1, 1, 1, true, false, false, ActKind::HardSwish},
+      {2, 24, 24, 14, 14, 3, 2, 1, 1, true, false, true, ActKind::Relu},
+      {1, 17, 17, 7, 7, 3, 2, 1, 1, true, false, false, ActKind::None},
+      {1, 16, 16, 5, 16, 3, 1, 1, 1, true, false, true, ActKind::LeakyRelu},
+      {1, 9, 9, 3, 2, 3, 1, 1, 1, true, false, false, ActKind::Clip},
   };
   for (const ConvCase& c : cases) check_conv(c, rng);
 }
