@@ -348,47 +348,54 @@ void dw_tiles(const Conv2dShape& s, const float* xb, const float* wb, __m512 bia
   dw_tile<P>(s, xb, wb, bias, rb, act, lanes, yb, oh, ow, kh0, kh1);
 }
 
-// A whole output row of a narrow 3x3 depthwise conv (padding 1 on the left, dilation 1, stride
-// SW across, OW <= 16 known at compile time): OW independent accumulators, the row's taps
-// unrolled, so each input vector is loaded once and the edge pixels, whose missing taps are known
-// at compile time (the first pixel's left tap; the last pixel's right one when RIGHT), run in the
-// same pass. dw_edge's one-pixel chains of dependent FMAs were ~40% of a 14x14 row (2 of 14
-// pixels). Same order of sums as dw_tile / dw_edge (kernel row by kernel row, taps left to right).
-template <int OW, int SW, bool RIGHT>
-void dw_row_narrow(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias, const float* rb,
-                   const Activation& act, __mmask16 lanes, float* yb, int64_t oh, int64_t kh0, int64_t kh1) {
-  __m512 acc[OW];
+// P output pixels from column ow0 of a 3x3 depthwise conv with padding 1 on the left, dilation
+// 1 and stride SW across: P independent accumulators, the taps unrolled, so each input vector is
+// loaded once; LEFT / RIGHT: the chunk holds the row's first / last pixel, whose missing tap
+// (column -1 / column W) is known at compile time. A row is a few such chunks, the edge pixels
+// inside them: dw_edge's lone chains of dependent FMAs were ~40% of a 14x14 row (2 of its 14
+// pixels) and ~25% of a 28x28 one. Same order of sums as dw_tile / dw_edge (kernel row by kernel
+// row, taps left to right).
+template <int P, int SW, bool LEFT, bool RIGHT>
+void dw_chunk(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias, const float* rb,
+              const Activation& act, __mmask16 lanes, float* yb, int64_t oh, int64_t ow0, int64_t kh0, int64_t kh1) {
+  __m512 acc[P];
 #pragma GCC unroll 16
-  for (int p = 0; p < OW; ++p) acc[p] = bias;
+  for (int p = 0; p < P; ++p) acc[p] = bias;
   for (int64_t kh = kh0; kh < kh1; ++kh) {
-    const float* xr = xb + (oh * s.sh - s.pt + kh) * s.W * 16;
+    const float* xr = xb + ((oh * s.sh - s.pt + kh) * s.W + ow0 * SW - 1) * 16;  // column ow0 * SW - 1
     const __m512 w[3] = {_mm512_loadu_ps(wb + kh * 48), _mm512_loadu_ps(wb + kh * 48 + 16), _mm512_loadu_ps(wb + kh * 48 + 32)};
 #pragma GCC unroll 16
-    for (int p = 0; p < OW; ++p)
+    for (int p = 0; p < P; ++p)
 #pragma GCC unroll 3
       for (int k = 0; k < 3; ++k) {
-        if (p == 0 && k == 0) continue;                // column -1
-        if (RIGHT && p == OW - 1 && k == 2) continue;  // column W
-        acc[p] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + (p * SW - 1 + k) * 16), w[k], acc[p]);
+        if (LEFT && p == 0 && k == 0) continue;           // column -1
+        if (RIGHT && p == P - 1 && k == 2) continue;      // column W
+        acc[p] = _mm512_fmadd_ps(_mm512_loadu_ps(xr + (p * SW + k) * 16), w[k], acc[p]);
       }
   }
-  dw_store<OW>(s, acc, rb, act, lanes, yb, oh, 0);
+  dw_store<P>(s, acc, rb, act, lanes, yb, oh, ow0);
 }
 
-using DwRowFn = void (*)(const Conv2dShape&, const float*, const float*, __m512, const float*, const Activation&,
-                         __mmask16, float*, int64_t, int64_t, int64_t);
+using DwChunkFn = void (*)(const Conv2dShape&, const float*, const float*, __m512, const float*, const Activation&,
+                           __mmask16, float*, int64_t, int64_t, int64_t, int64_t);
 
-// dw_row_narrow for s, or null when it does not apply.
-DwRowFn dw_row_narrow_for(const Conv2dShape& s) {
-  if (s.KW != 3 || s.dw != 1 || s.dh != 1 || s.pl != 1 || s.OW < 2 || s.OW > 16 || (s.sw != 1 && s.sw != 2)) return nullptr;
-  const bool right = (s.OW - 1) * s.sw + 1 >= s.W;  // the last pixel's right tap is past the row
-  if ((s.OW - 1) * s.sw + 1 > s.W) return nullptr;  // (a pixel with two missing taps: not this shape)
+constexpr int kDwChunk = 16;
+
+// dw_chunk<P, SW, LEFT, RIGHT>, P in [1, 16], SW in {1, 2}.
+DwChunkFn dw_chunk_fn(int64_t P, int64_t SW, bool left, bool right) {
+  if (P < 1 || P > kDwChunk || SW < 1 || SW > 2) return nullptr;  // (callers pass these only)
   static constexpr auto table = []<int... I>(std::integer_sequence<int, I...>) {
-    // index ((OW - 2) * 2 + (SW - 1)) * 2 + RIGHT
-    return std::array<DwRowFn, sizeof...(I)>{
-        &dw_row_narrow<I / 4 + 2, (I / 2) % 2 + 1, (I % 2) != 0>...};
-  }(std::make_integer_sequence<int, 15 * 4>{});
-  return table[size_t(((s.OW - 2) * 2 + (s.sw - 1)) * 2 + (right ? 1 : 0))];
+    // index ((P - 1) * 2 + (SW - 1)) * 4 + LEFT * 2 + RIGHT
+    return std::array<DwChunkFn, sizeof...(I)>{&dw_chunk<I / 8 + 1, (I / 4) % 2 + 1, ((I / 2) % 2) != 0, (I % 2) != 0>...};
+  }(std::make_integer_sequence<int, kDwChunk * 8>{});
+  return table[size_t(((P - 1) * 2 + (SW - 1)) * 4 + (left ? 2 : 0) + (right ? 1 : 0))];
+}
+
+// Whether the rows of s run as dw_chunks (3x3, padding 1 on the left, dilation 1, stride 1 or 2
+// across, no pixel with more than one missing tap in a row).
+bool dw_chunks_apply(const Conv2dShape& s) {
+  return s.KW == 3 && s.dw == 1 && s.dh == 1 && s.pl == 1 && (s.sw == 1 || s.sw == 2) && s.OW >= 1 &&
+         (s.OW - 1) * s.sw + 1 <= s.W && s.W >= 2;
 }
 
 void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const float* res, const Activation& act,
@@ -403,11 +410,24 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
   const __mmask16 lanes = first_lanes(s.C - cb * 16);
   int64_t owa, owb;
   interior_cols(s.pl, s.sw, s.dw, s.KW, s.W, s.OW, owa, owb);
-  if (DwRowFn row = dw_row_narrow_for(s)) {
+  if (dw_chunks_apply(s)) {
+    // the row in chunks of 16 pixels, the first holding the left edge, the last the right one
+    const bool right = (s.OW - 1) * s.sw + 1 >= s.W;  // the last pixel's right tap is column W
+    const int64_t nchunk = (s.OW + kDwChunk - 1) / kDwChunk, last = s.OW - (nchunk - 1) * kDwChunk;
+    const DwChunkFn only = nchunk == 1 ? dw_chunk_fn(s.OW, s.sw, true, right) : nullptr;
+    const DwChunkFn first = dw_chunk_fn(kDwChunk, s.sw, true, false);
+    const DwChunkFn mid = dw_chunk_fn(kDwChunk, s.sw, false, false);
+    const DwChunkFn end = dw_chunk_fn(last, s.sw, false, right);
     for (int64_t oh = r0; oh < r1; ++oh) {
       int64_t kh0, kh1;
       valid_taps(oh, s.sh, s.pt, s.dh, s.KH, s.H, kh0, kh1);
-      row(s, xb, wb, bias, rb, act, lanes, yb, oh, kh0, kh1);
+      if (nchunk == 1) {
+        only(s, xb, wb, bias, rb, act, lanes, yb, oh, 0, kh0, kh1);
+        continue;
+      }
+      first(s, xb, wb, bias, rb, act, lanes, yb, oh, 0, kh0, kh1);
+      for (int64_t c = 1; c + 1 < nchunk; ++c) mid(s, xb, wb, bias, rb, act, lanes, yb, oh, c * kDwChunk, kh0, kh1);
+      end(s, xb, wb, bias, rb, act, lanes, yb, oh, (nchunk - 1) * kDwChunk, kh0, kh1);
     }
     return;
   }

@@ -147,6 +147,12 @@ TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
       {1, 17, 17, 7, 7, 3, 2, 1, 1, true, false, false, ActKind::None},
       {1, 16, 16, 5, 16, 3, 1, 1, 1, true, false, true, ActKind::LeakyRelu},
       {1, 9, 9, 3, 2, 3, 1, 1, 1, true, false, false, ActKind::Clip},
+      // rows in several chunks of 16 (first, middle, last): 28, 17 and 33 wide, stride 2 from 56
+      {1, 20, 20, 5, 28, 3, 1, 1, 1, true, false, true, ActKind::Clip},
+      {1, 18, 18, 4, 17, 3, 1, 1, 1, true, false, false, ActKind::Relu},
+      {1, 16, 16, 3, 33, 3, 1, 1, 1, true, false, true, ActKind::None},
+      {1, 24, 24, 6, 56, 3, 2, 1, 1, true, false, false, ActKind::HardSwish},
+      {1, 16, 16, 5, 35, 3, 2, 1, 1, true, false, true, ActKind::Clip},
   };
   for (const ConvCase& c : cases) check_conv(c, rng);
 }
