@@ -287,8 +287,9 @@ void fuse_conv_post_affine(PassContext& ctx) {
   GraphIndex idx(g);
   std::vector<bool> dead(g.nodes.size(), false);
   bool any = false;
-  // The constant float scalar operand of binary node n whose other operand is x (for Sub only
-  // the right one), or NaN; `left` says x was the left operand.
+  // The constant float scalar operand of Mul/Add/Sub node n whose other operand is x (Sub: only
+  // x - c), or NaN. Float only, unlike fuse_affine.cpp's other_scalar: an ill-typed Mul (a
+  // double constant) is left to fail as it does unfused.
   auto scalar_of = [&](const Node& n, int x) -> double {
     const double nan = std::numeric_limits<double>::quiet_NaN();
     if (n.inputs.size() != 2 || n.inputs[0] == n.inputs[1]) return nan;
@@ -305,44 +306,33 @@ void fuse_conv_post_affine(PassContext& ctx) {
     if (dead[ci] || conv.domain != "basalt" || conv.op_type != "FusedConv" || conv.outputs.size() != 1 ||
         conv.attr_string("activation", "").empty() || conv.find_attr("post_affine"))
       continue;
-    int y = conv.outputs[0];
-    int next = sole(y);
-    if (next < 0) continue;
     float mul = 1.f, add = -0.f;
-    Node* last = nullptr;
-    int n1 = -1;
-    const Node& a = g.nodes[size_t(next)];
-    if (is_op(a, "Mul")) {
-      double k = scalar_of(a, y);
+    int v = conv.outputs[0], next = sole(v), mul_node = -1, add_node = -1;
+    if (next >= 0 && is_op(g.nodes[size_t(next)], "Mul")) {
+      double k = scalar_of(g.nodes[size_t(next)], v);
       if (std::isnan(k)) {
         ctx.reject(kPattern, conv, "the Mul's other operand is not a constant float scalar");
         continue;
       }
       mul = float(k);
-      last = &g.nodes[size_t(next)];
-      n1 = next;
-      int after = sole(a.outputs[0]);
-      if (after >= 0 && (is_op(g.nodes[size_t(after)], "Add") || is_op(g.nodes[size_t(after)], "Sub"))) {
-        const Node& b = g.nodes[size_t(after)];
-        double kb = scalar_of(b, a.outputs[0]);
-        if (!std::isnan(kb)) {
-          add = is_op(b, "Sub") ? -float(kb) : float(kb);
-          last = &g.nodes[size_t(after)];
-        }
-      }
-    } else if (is_op(a, "Add") || is_op(a, "Sub")) {
-      double kb = scalar_of(a, y);
-      if (std::isnan(kb)) continue;  // a residual Add of two tensors: not this pattern
-      add = is_op(a, "Sub") ? -float(kb) : float(kb);
-      last = &g.nodes[size_t(next)];
-    } else {
-      continue;
+      mul_node = next;
+      v = g.nodes[size_t(next)].outputs[0];
+      next = sole(v);
     }
+    if (next >= 0 && (is_op(g.nodes[size_t(next)], "Add") || is_op(g.nodes[size_t(next)], "Sub"))) {
+      double k = scalar_of(g.nodes[size_t(next)], v);  // NaN: e.g. a residual Add of two tensors
+      if (!std::isnan(k)) {
+        add = is_op(g.nodes[size_t(next)], "Sub") ? -float(k) : float(k);
+        add_node = next;
+      }
+    }
+    if (mul_node < 0 && add_node < 0) continue;
+    Node* last = &g.nodes[size_t(add_node >= 0 ? add_node : mul_node)];
     std::vector<int> inputs = conv.inputs;
     std::vector<Attribute> attrs = conv.attrs;
     std::string name = conv.name;
     dead[ci] = true;
-    if (n1 >= 0 && last != &g.nodes[size_t(n1)]) dead[size_t(n1)] = true;
+    if (mul_node >= 0 && add_node >= 0) dead[size_t(mul_node)] = true;
     last->op_type = "FusedConv";
     last->domain = "basalt";
     last->opset = 1;
