@@ -169,6 +169,36 @@ namespace {
   }
 }
 
+// The loop behind act_zmm_n / act_ymm_n (activation_avx512.hpp / activation_avx2.hpp): kind(v[i],
+// a) on v[0..n) with the switch on the activation's kind outside the loop (inside each case the
+// inlined kind function sees its kind as a constant), then post(v[i], a) when there is a post
+// affine. Testing the kind and `post` per vector cost 3% more instructions in the blocked conv
+// tiles. With n known at the call site, the loops unroll and v stays in registers.
+template <class V, class KindFn, class PostFn>
+[[maybe_unused]] __attribute__((always_inline)) inline void act_vec_n(V* v, int n, const Activation& act, KindFn kind,
+                                                                      PostFn post) {
+  const Activation a = act;  // a local copy: the kind is known in each case
+  switch (a.kind) {
+    case ActKind::None: break;
+#define BASALT_ACT_N_CASE(K)                                                      \
+  case ActKind::K:                                                                \
+    _Pragma("GCC unroll 24") for (int i = 0; i < n; ++i) v[i] = kind(v[i], a);    \
+    break;
+    BASALT_ACT_N_CASE(Relu)
+    BASALT_ACT_N_CASE(Clip)
+    BASALT_ACT_N_CASE(HardSigmoid)
+    BASALT_ACT_N_CASE(HardSwish)
+    BASALT_ACT_N_CASE(LeakyRelu)
+    BASALT_ACT_N_CASE(Sigmoid)
+    BASALT_ACT_N_CASE(Tanh)
+#undef BASALT_ACT_N_CASE
+  }
+  if (a.post) {
+#pragma GCC unroll 24
+    for (int i = 0; i < n; ++i) v[i] = post(v[i], a);
+  }
+}
+
 }  // namespace
 
 }  // namespace basalt::kernels

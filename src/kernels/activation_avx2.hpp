@@ -53,37 +53,21 @@ namespace {
   }
 }
 
-// The activation, then the post affine when there is one (Activation::post).
-[[maybe_unused]] inline __m256 act_ymm(__m256 x, const Activation& act) {
-  x = act_ymm_kind(x, act);
-  return act.post ? _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(act.post_mul)), _mm256_set1_ps(act.post_add)) : x;
+// The post affine (Activation::post): x * post_mul + post_add.
+[[maybe_unused]] inline __m256 act_ymm_post(__m256 x, const Activation& act) {
+  return _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(act.post_mul)), _mm256_set1_ps(act.post_add));
 }
 
-// act_ymm on v[0..n), the kind tested once for all of them (a tile's epilogue: testing it, and
-// `post`, per vector cost 3% more instructions in the blocked conv tiles). With n known at the
-// call site, the loops unroll and v stays in registers.
+// The activation, then the post affine when there is one.
+[[maybe_unused]] inline __m256 act_ymm(__m256 x, const Activation& act) {
+  x = act_ymm_kind(x, act);
+  return act.post ? act_ymm_post(x, act) : x;
+}
+
+// act_ymm on v[0..n), the kind tested once for all of them (act_vec_n in activation.hpp).
 [[maybe_unused]] __attribute__((always_inline)) inline void act_ymm_n(__m256* v, int n, const Activation& act) {
-  const Activation a = act;  // a local copy: inside each case its kind is known
-  switch (a.kind) {
-    case ActKind::None: break;
-#define BASALT_ACT_N_CASE(K)                                   \
-  case ActKind::K:                                             \
-    _Pragma("GCC unroll 24") for (int i = 0; i < n; ++i) v[i] = act_ymm_kind(v[i], a); \
-    break;
-    BASALT_ACT_N_CASE(Relu)
-    BASALT_ACT_N_CASE(Clip)
-    BASALT_ACT_N_CASE(HardSigmoid)
-    BASALT_ACT_N_CASE(HardSwish)
-    BASALT_ACT_N_CASE(LeakyRelu)
-    BASALT_ACT_N_CASE(Sigmoid)
-    BASALT_ACT_N_CASE(Tanh)
-#undef BASALT_ACT_N_CASE
-  }
-  if (a.post) {
-    const __m256 m = _mm256_set1_ps(a.post_mul), b = _mm256_set1_ps(a.post_add);
-#pragma GCC unroll 24
-    for (int i = 0; i < n; ++i) v[i] = _mm256_add_ps(_mm256_mul_ps(v[i], m), b);
-  }
+  act_vec_n(v, n, act, [](__m256 x, const Activation& a) { return act_ymm_kind(x, a); },
+            [](__m256 x, const Activation& a) { return act_ymm_post(x, a); });
 }
 
 }  // namespace

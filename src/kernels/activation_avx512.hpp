@@ -1,7 +1,7 @@
 // The fused activations of activation.hpp on one zmm, for the AVX-512 epilogues (GEMM tiles,
 // blocked convs). Include only from *_avx512.cpp files. Same float semantics as
-// apply_activation (NaN handling included) for every kind but Sigmoid and Tanh, which callers
-// apply per element with apply_activation (act_zmm_exact() says whether the kind is handled here).
+// apply_activation (NaN handling included); Sigmoid and Tanh go per element through
+// apply_activation_kind (act_zmm_scalar, out of line).
 #pragma once
 
 #include "kernels/activation.hpp"
@@ -10,10 +10,6 @@
 
 namespace basalt::kernels {
 namespace {
-
-[[maybe_unused]] inline bool act_zmm_exact(const Activation& act) {
-  return act.kind != ActKind::Sigmoid && act.kind != ActKind::Tanh;
-}
 
 // Sigmoid / Tanh per element (out of line: keeps act_zmm small enough to inline in tile loops).
 [[maybe_unused]] __attribute__((noinline)) __m512 act_zmm_scalar(__m512 x, const Activation& act) {
@@ -56,37 +52,21 @@ namespace {
   }
 }
 
-// The activation, then the post affine when there is one (Activation::post).
-[[maybe_unused]] inline __m512 act_zmm(__m512 x, const Activation& act) {
-  x = act_zmm_kind(x, act);
-  return act.post ? _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(act.post_mul)), _mm512_set1_ps(act.post_add)) : x;
+// The post affine (Activation::post): x * post_mul + post_add.
+[[maybe_unused]] inline __m512 act_zmm_post(__m512 x, const Activation& act) {
+  return _mm512_add_ps(_mm512_mul_ps(x, _mm512_set1_ps(act.post_mul)), _mm512_set1_ps(act.post_add));
 }
 
-// act_zmm on v[0..n), the kind tested once for all of them (a tile's epilogue: testing it, and
-// `post`, per vector cost 3% more instructions in the blocked conv tiles). With n known at the
-// call site, the loops unroll and v stays in registers.
+// The activation, then the post affine when there is one.
+[[maybe_unused]] inline __m512 act_zmm(__m512 x, const Activation& act) {
+  x = act_zmm_kind(x, act);
+  return act.post ? act_zmm_post(x, act) : x;
+}
+
+// act_zmm on v[0..n), the kind tested once for all of them (act_vec_n in activation.hpp).
 [[maybe_unused]] __attribute__((always_inline)) inline void act_zmm_n(__m512* v, int n, const Activation& act) {
-  const Activation a = act;  // a local copy: inside each case its kind is known
-  switch (a.kind) {
-    case ActKind::None: break;
-#define BASALT_ACT_N_CASE(K)                                   \
-  case ActKind::K:                                             \
-    _Pragma("GCC unroll 24") for (int i = 0; i < n; ++i) v[i] = act_zmm_kind(v[i], a); \
-    break;
-    BASALT_ACT_N_CASE(Relu)
-    BASALT_ACT_N_CASE(Clip)
-    BASALT_ACT_N_CASE(HardSigmoid)
-    BASALT_ACT_N_CASE(HardSwish)
-    BASALT_ACT_N_CASE(LeakyRelu)
-    BASALT_ACT_N_CASE(Sigmoid)
-    BASALT_ACT_N_CASE(Tanh)
-#undef BASALT_ACT_N_CASE
-  }
-  if (a.post) {
-    const __m512 m = _mm512_set1_ps(a.post_mul), b = _mm512_set1_ps(a.post_add);
-#pragma GCC unroll 24
-    for (int i = 0; i < n; ++i) v[i] = _mm512_add_ps(_mm512_mul_ps(v[i], m), b);
-  }
+  act_vec_n(v, n, act, [](__m512 x, const Activation& a) { return act_zmm_kind(x, a); },
+            [](__m512 x, const Activation& a) { return act_zmm_post(x, a); });
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include "kernels/nchwc.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <immintrin.h>
 #include <limits>
@@ -285,8 +284,8 @@ void dw_tile(const Conv2dShape& s, const float* xb, const float* wb, __m512 bias
 // (basalt bench, median of 200, four alternating processes): 1 thread 6.18-6.46 -> 6.11-6.41 ms,
 // 2 threads 3.72-3.83 -> 3.53-3.68 ms.
 // (The same for 5-wide rows, PaddleOCR's 5x5 depthwise convs: (P - 1) * SW + 5 loads per kernel
-// row instead of 5P. PaddleOCR rec, 1 thread, compare_nodes.py: W240x1x5x5 @12x80 0.88 -> see
-// the commit.)
+// row instead of 5P. PaddleOCR rec, 1 thread, compare_nodes.py: W240x1x5x5 @12x80 0.884 -> 0.709
+// ms.)
 template <int P, int SW, int K>
 inline void dw_row_k(const float* xp, const __m512* w, __m512* acc) {
   auto tap = [&]<int i>() {
@@ -384,11 +383,14 @@ constexpr int kDwChunk = 16;
 // dw_chunk<P, SW, LEFT, RIGHT>, P in [1, 16], SW in {1, 2}.
 DwChunkFn dw_chunk_fn(int64_t P, int64_t SW, bool left, bool right) {
   if (P < 1 || P > kDwChunk || SW < 1 || SW > 2) return nullptr;  // (callers pass these only)
-  static constexpr auto table = []<int... I>(std::integer_sequence<int, I...>) {
+  struct Table {  // (a plain array: std::array of this pointer type drops its __m512 attributes, with a warning)
+    DwChunkFn f[kDwChunk * 8];
+  };
+  static constexpr Table table = []<int... I>(std::integer_sequence<int, I...>) {
     // index ((P - 1) * 2 + (SW - 1)) * 4 + LEFT * 2 + RIGHT
-    return std::array<DwChunkFn, sizeof...(I)>{&dw_chunk<I / 8 + 1, (I / 4) % 2 + 1, ((I / 2) % 2) != 0, (I % 2) != 0>...};
+    return Table{{&dw_chunk<I / 8 + 1, (I / 4) % 2 + 1, ((I / 2) % 2) != 0, (I % 2) != 0>...}};
   }(std::make_integer_sequence<int, kDwChunk * 8>{});
-  return table[size_t(((P - 1) * 2 + (SW - 1)) * 4 + (left ? 2 : 0) + (right ? 1 : 0))];
+  return table.f[size_t(((P - 1) * 2 + (SW - 1)) * 4 + (left ? 2 : 0) + (right ? 1 : 0))];
 }
 
 // Whether the rows of s run as dw_chunks (3x3, padding 1 on the left, dilation 1, stride 1 or 2
@@ -408,8 +410,6 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
   const float* wb = cw.w.data() + cb * s.KH * s.KW * 16;
   const __m512 bias = _mm512_loadu_ps(cw.bias.data() + cb * 16);
   const __mmask16 lanes = first_lanes(s.C - cb * 16);
-  int64_t owa, owb;
-  interior_cols(s.pl, s.sw, s.dw, s.KW, s.W, s.OW, owa, owb);
   if (dw_chunks_apply(s)) {
     // the row in chunks of 16 pixels, the first holding the left edge, the last the right one
     const bool right = (s.OW - 1) * s.sw + 1 >= s.W;  // the last pixel's right tap is column W
@@ -431,6 +431,8 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
     }
     return;
   }
+  int64_t owa, owb;
+  interior_cols(s.pl, s.sw, s.dw, s.KW, s.W, s.OW, owa, owb);
   for (int64_t oh = r0; oh < r1; ++oh) {
     int64_t kh0, kh1;
     valid_taps(oh, s.sh, s.pt, s.dh, s.KH, s.H, kh0, kh1);
@@ -709,11 +711,6 @@ void global_pool_avx512(bool avg, const float* xb, int64_t nc, int64_t HW, float
 void scale_shift_avx512(const float* xb, const float* scale, const float* shift, const Activation& act, float* yb,
                         int64_t p0, int64_t p1) {
   const __m512 sc = _mm512_loadu_ps(scale), sh = _mm512_loadu_ps(shift);
-  if (!act_zmm_exact(act)) {
-    for (int64_t p = p0; p < p1; ++p)
-      _mm512_storeu_ps(yb + p * 16, act_zmm(_mm512_fmadd_ps(_mm512_loadu_ps(xb + p * 16), sc, sh), act));
-    return;
-  }
   int64_t p = p0;
   for (; p + 4 <= p1; p += 4)
     for (int k = 0; k < 4; ++k)
