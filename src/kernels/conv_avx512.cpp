@@ -234,9 +234,25 @@ void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const fl
       if (nv < 16 || mask[i] != all) full[size_t(b)] = 0;
     }
   }
+  // The kernel for every plane: dw_plane_rows (square 3x3 / 5x5, stride 1 across, 1 or 2 down,
+  // no dilation), else dw_plane (KW 3, 5 or 7), else the run-time loop below.
   // Output rows per pass of dw_plane_rows: 4, or 3 where that computes fewer rows past the end
   // (6 and 3 rows: 8 and 4 with 4 at a time).
   const bool r3 = (OH + 2) / 3 * 3 - OH < (OH + 3) / 4 * 4 - OH;
+  auto rows = s.sw == 1 && s.dw == 1 && s.dh == 1 && KH == KW && (KW == 3 || KW == 5) && (s.sh == 1 || s.sh == 2)
+                  ? s.sh == 1 ? (KW == 3 ? (r3 ? dw_plane_rows<3, 1, 3> : dw_plane_rows<3, 1, 4>)
+                                         : (r3 ? dw_plane_rows<5, 1, 3> : dw_plane_rows<5, 1, 4>))
+                              : (KW == 3 ? (r3 ? dw_plane_rows<3, 2, 3> : dw_plane_rows<3, 2, 4>)
+                                         : (r3 ? dw_plane_rows<5, 2, 3> : dw_plane_rows<5, 2, 4>))
+                  : nullptr;
+  auto plane = s.sw == 1 ? (KW == 3 ? (KH == 3 ? dw_plane<3, 1, 3> : dw_plane<3, 1>)
+                            : KW == 5 ? (KH == 5 ? dw_plane<5, 1, 5> : dw_plane<5, 1>)
+                            : KW == 7 ? dw_plane<7, 1>
+                                      : nullptr)
+                         : (KW == 3 ? (KH == 3 ? dw_plane<3, 2, 3> : dw_plane<3, 2>)
+                            : KW == 5 ? (KH == 5 ? dw_plane<5, 2, 5> : dw_plane<5, 2>)
+                            : KW == 7 ? dw_plane<7, 2>
+                                      : nullptr);
   __m512 wz[kMaxTaps];
   const std::vector<float> zero_row(static_cast<size_t>(W), 0.f);
   for (int64_t nc = c0; nc < c1; ++nc) {
@@ -247,19 +263,7 @@ void conv_depthwise_planes_avx512(const Conv2dShape& s, const float* x, const fl
     for (int64_t t = 0; t < KH * KW; ++t) wz[t] = _mm512_set1_ps(wm[t]);
     const float* rc = residual ? residual + nc * OH * OW : nullptr;
     const float bv = bias ? bias[m] : 0.f;
-    auto plane = s.sw == 1 ? (KW == 3 ? (KH == 3 ? dw_plane<3, 1, 3> : dw_plane<3, 1>)
-                              : KW == 5 ? (KH == 5 ? dw_plane<5, 1, 5> : dw_plane<5, 1>)
-                              : KW == 7 ? dw_plane<7, 1>
-                                        : nullptr)
-                           : (KW == 3 ? (KH == 3 ? dw_plane<3, 2, 3> : dw_plane<3, 2>)
-                              : KW == 5 ? (KH == 5 ? dw_plane<5, 2, 5> : dw_plane<5, 2>)
-                              : KW == 7 ? dw_plane<7, 2>
-                                        : nullptr);
-    if (s.sw == 1 && s.dw == 1 && s.dh == 1 && KH == KW && (KW == 3 || KW == 5) && (s.sh == 1 || s.sh == 2)) {
-      auto rows = s.sh == 1 ? (KW == 3 ? (r3 ? dw_plane_rows<3, 1, 3> : dw_plane_rows<3, 1, 4>)
-                                       : (r3 ? dw_plane_rows<5, 1, 3> : dw_plane_rows<5, 1, 4>))
-                            : (KW == 3 ? (r3 ? dw_plane_rows<3, 2, 3> : dw_plane_rows<3, 2, 4>)
-                                       : (r3 ? dw_plane_rows<5, 2, 3> : dw_plane_rows<5, 2, 4>));
+    if (rows) {
       rows(s, xc, wz, off.data(), mask.data(), nblk, zero_row.data(), yc, bv, rc, act);
       continue;
     }
