@@ -72,8 +72,8 @@ struct TileEpilogue {
 // tile i reads xp[p] + i * xstep and writes y + i * P * 16.
 template <int P, bool PLAIN, bool RUN>
 __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t* taps, int64_t ntaps, int nic,
-                                           int64_t xs_ic, const float* w0, int64_t wic, float* y0, bool first,
-                                           const TileEpilogue* epi, int64_t nt, int64_t xstep) {
+                                           int64_t tail_taps, int64_t xs_ic, const float* w0, int64_t wic, float* y0,
+                                           bool first, const TileEpilogue* epi, int64_t nt, int64_t xstep) {
   if constexpr (!RUN) nt = 1;
   for (int64_t i = 0; i < nt; ++i) {
     const float* w = w0;
@@ -85,28 +85,34 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
     const float* x[P];
 #pragma GCC unroll 8
     for (int p = 0; p < P; ++p) x[p] = xp[p] + i * xstep;
-    if constexpr (!PLAIN) nic = 16;
-    for (int64_t t = 0; t < ntaps; ++t, w += 16 * wic) {
+    // a constant channel count for blocked inputs and the usual RGB stem, so the loop unrolls
+    auto tap = [&]<int KN>(int64_t t) {
       const int64_t off = taps[t];
-      const float* wp = w;
-      // a constant channel count for blocked inputs and the usual RGB stem, so the loop unrolls
-      auto channels = [&]<int KN>() {
-        const int n = KN ? KN : nic;
+      const float* wp = w + t * 16 * wic;
+      const int n = KN ? KN : nic;
 #pragma GCC unroll 4
-        for (int ic = 0; ic < n; ++ic, wp += wic) {
-          const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
-          const __m256 w_lo = _mm256_loadu_ps(wp), w_hi = _mm256_loadu_ps(wp + 8);
+      for (int ic = 0; ic < n; ++ic, wp += wic) {
+        const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
+        const __m256 w_lo = _mm256_loadu_ps(wp), w_hi = _mm256_loadu_ps(wp + 8);
 #pragma GCC unroll 8
-          for (int p = 0; p < P; ++p) {
-            const __m256 b = _mm256_broadcast_ss(x[p] + o);
-            acc[p].lo = _mm256_fmadd_ps(b, w_lo, acc[p].lo);
-            acc[p].hi = _mm256_fmadd_ps(b, w_hi, acc[p].hi);
-          }
+        for (int p = 0; p < P; ++p) {
+          const __m256 b = _mm256_broadcast_ss(x[p] + o);
+          acc[p].lo = _mm256_fmadd_ps(b, w_lo, acc[p].lo);
+          acc[p].hi = _mm256_fmadd_ps(b, w_hi, acc[p].hi);
         }
-      };
-      if constexpr (!PLAIN) channels.template operator()<16>();
-      else if (nic == 3) channels.template operator()<3>();
-      else channels.template operator()<0>();
+      }
+    };
+    if constexpr (!PLAIN) {
+      // the last tail_taps taps (the last input block of a layer whose channel count is not a
+      // multiple of 16) have only `nic` channels, the rest being padding (as in nchwc_avx512.cpp)
+      const int64_t full = ntaps - tail_taps;
+      int64_t t = 0;
+      for (; t < full; ++t) tap.template operator()<16>(t);
+      for (; t < ntaps; ++t) tap.template operator()<0>(t);
+    } else if (nic == 3) {
+      for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<3>(t);
+    } else {
+      for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<0>(t);
     }
     if (epi) {
       const Blk b = bload(epi->bias);
@@ -144,7 +150,9 @@ void tile(const DenseConvArgs& a, int64_t pix0, const int64_t* pofs, int n, int6
   for (int p = 0; p < n; ++p) xp[p] = a.x + pofs[p];
   // dense_w_index: group (ob / 4) of fg blocks, input block c0, tap 0, channel 0, block f
   const float* w = a.cw->w.data() + (ob / 4) * a.wblk + c0 * KK * 16 * fg * 16 + f * 16;
-  const int nic = PLAIN ? int(std::min<int64_t>(16, s.C)) : 16;
+  const bool tail = !PLAIN && c1 == a.ICB && s.C % 16 != 0;  // a partial last input block
+  const int nic = PLAIN ? int(std::min<int64_t>(16, s.C)) : tail ? int(s.C % 16) : 16;
+  const int64_t tail_taps = tail ? KK : 0;
   TileEpilogue epi;
   if (last) {
     epi.bias = a.cw->bias.data() + ob * 16;
@@ -155,14 +163,14 @@ void tile(const DenseConvArgs& a, int64_t pix0, const int64_t* pofs, int n, int6
   const int64_t* tp = a.taps.data() + c0 * KK;
   const int64_t ntaps = (c1 - c0) * KK, wic = fg * 16;
   const TileEpilogue* e = last ? &epi : nullptr;
-  if (nt > 1) return tile_kernel<kPixels, PLAIN, true>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, nt, xstep);
+  if (nt > 1) return tile_kernel<kPixels, PLAIN, true>(xp, tp, ntaps, nic, tail_taps, a.xs_ic, w, wic, y, first, e, nt, xstep);
   switch (n) {
-    case 1: return tile_kernel<1, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
-    case 2: return tile_kernel<2, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
-    case 3: return tile_kernel<3, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
-    case 4: return tile_kernel<4, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
-    case 5: return tile_kernel<5, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
-    default: return tile_kernel<6, PLAIN, false>(xp, tp, ntaps, nic, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 1: return tile_kernel<1, PLAIN, false>(xp, tp, ntaps, nic, tail_taps, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 2: return tile_kernel<2, PLAIN, false>(xp, tp, ntaps, nic, tail_taps, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 3: return tile_kernel<3, PLAIN, false>(xp, tp, ntaps, nic, tail_taps, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 4: return tile_kernel<4, PLAIN, false>(xp, tp, ntaps, nic, tail_taps, a.xs_ic, w, wic, y, first, e, 1, 0);
+    case 5: return tile_kernel<5, PLAIN, false>(xp, tp, ntaps, nic, tail_taps, a.xs_ic, w, wic, y, first, e, 1, 0);
+    default: return tile_kernel<6, PLAIN, false>(xp, tp, ntaps, nic, tail_taps, a.xs_ic, w, wic, y, first, e, 1, 0);
   }
 }
 

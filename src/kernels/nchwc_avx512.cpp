@@ -52,9 +52,9 @@ struct TileEpilogue {
 
 template <int F, int P, bool PLAIN, bool RUN>
 __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t* taps, int64_t ntaps, int nic,
-                                           int64_t xs_ic, const float* w0, float* y0, int64_t ys_blk, bool first,
-                                           const float* pf0, int64_t pf_total, const TileEpilogue* epi0, int64_t nt,
-                                           int64_t step, int64_t xstep) {
+                                           int64_t tail_taps, int64_t xs_ic, const float* w0, float* y0, int64_t ys_blk,
+                                           bool first, const float* pf0, int64_t pf_total, const TileEpilogue* epi0,
+                                           int64_t nt, int64_t step, int64_t xstep) {
   if constexpr (!RUN) nt = 1;  // a single tile: no loop (the code of the kernel before runs)
   for (int64_t i = 0; i < nt; ++i) {
     const float* w = w0;
@@ -82,10 +82,9 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
 #pragma GCC unroll 16
         for (int p = 0; p < P; ++p) _mm_prefetch(reinterpret_cast<const char*>(epi->residual + f * ys_blk + p * 16), _MM_HINT_T0);
     }
-    if constexpr (!PLAIN) nic = 16;
-    for (int64_t t = 0; t < ntaps; ++t, w += 16 * F * 16) {
+    auto tap = [&]<int KN>(int64_t t) {
       const int64_t off = taps[t];
-      const float* wp = w;
+      const float* wp = w + t * (16 * F * 16);
       if (pf_lines) {  // this tap's share of the lines to prefetch
         for (int64_t l = t * pf_lines / ntaps, e = (t + 1) * pf_lines / ntaps; l < e; ++l)
           _mm_prefetch(reinterpret_cast<const char*>(pf + l * 16), _MM_HINT_T1);
@@ -94,25 +93,34 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
       // a constant for the usual 3 (an RGB stem), so that the loop unrolls. Stem node time, 1
       // thread, median of 50 runs, four alternating processes: MobileNetV2's 3x3 296-313 ->
       // 266-278 us, SqueezeNet's 395-413 -> 373-395, ResNet-50's 7x7 1541-1615 -> 1526-1616.
-      auto channels = [&]<int KN>() {
-        const int n = KN ? KN : nic;
+      const int n = KN ? KN : nic;
 #pragma GCC unroll 4
-        for (int ic = 0; ic < n; ++ic, wp += F * 16) {
-          const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
-          __m512 wv[F];
+      for (int ic = 0; ic < n; ++ic, wp += F * 16) {
+        const int64_t o = off + (PLAIN ? ic * xs_ic : ic);
+        __m512 wv[F];
 #pragma GCC unroll 4
-          for (int f = 0; f < F; ++f) wv[f] = _mm512_loadu_ps(wp + f * 16);
+        for (int f = 0; f < F; ++f) wv[f] = _mm512_loadu_ps(wp + f * 16);
 #pragma GCC unroll 16
-          for (int p = 0; p < P; ++p) {
-            const __m512 b = _mm512_set1_ps(x[p][o]);
+        for (int p = 0; p < P; ++p) {
+          const __m512 b = _mm512_set1_ps(x[p][o]);
 #pragma GCC unroll 4
-            for (int f = 0; f < F; ++f) acc[p][f] = _mm512_fmadd_ps(b, wv[f], acc[p][f]);
-          }
+          for (int f = 0; f < F; ++f) acc[p][f] = _mm512_fmadd_ps(b, wv[f], acc[p][f]);
         }
-      };
-      if constexpr (!PLAIN) channels.template operator()<16>();
-      else if (nic == 3) channels.template operator()<3>();
-      else channels.template operator()<0>();
+      }
+    };
+    if constexpr (!PLAIN) {
+      // All 16 channels of every input block but the last one of a layer whose channel count is
+      // not a multiple of 16: its taps, the last tail_taps, have only `nic` (the padding channels
+      // are 0, and so are their weights). MobileNetV2's and Inception v1's 24-channel inputs: a
+      // quarter of those convs' FMAs multiplied zeros.
+      const int64_t full = ntaps - tail_taps;
+      int64_t t = 0;
+      for (; t < full; ++t) tap.template operator()<16>(t);
+      for (; t < ntaps; ++t) tap.template operator()<0>(t);
+    } else if (nic == 3) {
+      for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<3>(t);
+    } else {
+      for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<0>(t);
     }
     if (epi) {
 #pragma GCC unroll 4
@@ -152,7 +160,11 @@ void tile(const DenseConvArgs& a, int64_t pix0, const int64_t* pofs, int64_t ob,
   const float* xp[P];
   for (int p = 0; p < P; ++p) xp[p] = a.x + pofs[p];
   const float* w = a.cw->w.data() + (ob / 4) * a.wblk + c0 * KK * 16 * F * 16;  // dense_w_index
-  const int nic = PLAIN ? int(std::min<int64_t>(16, s.C)) : 16;  // (plain inputs have one block)
+  // Plain inputs have one block of nic channels. A blocked one's last block has fewer than 16
+  // when C is not a multiple of 16; its KK taps end the range when c1 is the last block.
+  const bool tail = !PLAIN && c1 == a.ICB && s.C % 16 != 0;
+  const int nic = PLAIN ? int(std::min<int64_t>(16, s.C)) : tail ? int(s.C % 16) : 16;
+  const int64_t tail_taps = tail ? KK : 0;
   TileEpilogue epi;
   if (last) {
     epi.bias = a.cw->bias.data() + ob * 16;
@@ -161,11 +173,11 @@ void tile(const DenseConvArgs& a, int64_t pix0, const int64_t* pofs, int64_t ob,
     epi.last_lanes = valid_lanes(a, ob + F - 1);
   }
   if (nt > 1)
-    tile_kernel<F, P, PLAIN, true>(xp, a.taps.data() + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
-                                   pf_lines, last ? &epi : nullptr, nt, P * 16, xstep);
+    tile_kernel<F, P, PLAIN, true>(xp, a.taps.data() + c0 * KK, (c1 - c0) * KK, nic, tail_taps, a.xs_ic, w, y, a.ys_blk,
+                                   first, pf, pf_lines, last ? &epi : nullptr, nt, P * 16, xstep);
   else
-    tile_kernel<F, P, PLAIN, false>(xp, a.taps.data() + c0 * KK, (c1 - c0) * KK, nic, a.xs_ic, w, y, a.ys_blk, first, pf,
-                                    pf_lines, last ? &epi : nullptr, 1, 0, 0);
+    tile_kernel<F, P, PLAIN, false>(xp, a.taps.data() + c0 * KK, (c1 - c0) * KK, nic, tail_taps, a.xs_ic, w, y,
+                                    a.ys_blk, first, pf, pf_lines, last ? &epi : nullptr, 1, 0, 0);
 }
 
 template <int F>

@@ -123,6 +123,11 @@ TEST(NchwcConv, MatchesReferenceOnFixedShapes) {
       // few tasks at 2 and 3 threads: the image is cut into shorter segments (a 4-block and a
       // 2-block group at 7x7; a 3x3 conv with one group)
       {1, 200, 90, 7, 7, 1, 1, 1, 0, false, false, true, ActKind::Relu},
+      // a partial last input block (C % 16 != 0) whose taps end a chunk that has full blocks
+      // before it (3x3, one output block: 3 input blocks a chunk), and one that is a chunk alone
+      // (1x1 with 18 blocks: chunks of 8), 8 and 1 channels in it
+      {1, 40, 16, 9, 10, 3, 1, 1, 1, false, false, true, ActKind::Relu},
+      {1, 273, 64, 6, 7, 1, 1, 1, 0, false, false, false, ActKind::Clip},
       {2, 40, 48, 6, 5, 3, 1, 1, 1, false, false, false, ActKind::Clip},
       // depthwise 3x3 rows that load each input once (dw_tile_k3): full 8-pixel tiles and every
       // shorter tail, stride 1 and 2, with and without padding, residual
