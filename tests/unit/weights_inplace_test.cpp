@@ -202,6 +202,48 @@ TEST(WeightsInPlace, LargeGatherFromFileView) {
   std::remove(path.c_str());
 }
 
+// Rows gathered from a view of the file are read once per run of consecutive rows, and a row
+// that occurs again is copied from the output: runs, repeats (also one inside a run, which ends
+// the run), negative indices, axis 0 and axis 1, on 1 and 2 threads, give the table's rows.
+TEST(WeightsInPlace, GatherFromFileViewCoalescesRunsAndRepeats) {
+  for (int axis : {0, 1}) {
+    // axis 0: 20 of 1024 rows of 64; axis 1: 7 of the 4096 columns of a 16-row table (both
+    // 256 KiB, kept in place, and few enough of the table's rows and bytes to be read from the file)
+    const int64_t rows = axis == 0 ? 1024 : 16, cols = axis == 0 ? 64 : 4096;
+    const std::vector<int64_t> ids = axis == 0 ? std::vector<int64_t>{7, 8, 9, 10, 7, 500, 501, 8, 9, 1023, 0, 0, -1, 3,
+                                                                      4, 500, 502, 501, 502, 503}
+                                               : std::vector<int64_t>{40, 41, 42, 41, -1, 7, 8};
+    const int64_t n = int64_t(ids.size()), dim = axis == 0 ? rows : cols;
+    Init table = float_init("table", {rows, cols});
+    const auto expect = table_values(rows * cols);
+    const std::vector<int64_t> out_dims = axis == 0 ? std::vector<int64_t>{n, cols} : std::vector<int64_t>{rows, n};
+    std::string bytes =
+        misaligned_model({node("Gather", {"table", "ids"}, {"y"}, {attr_int("axis", axis)})},
+                         {value_info("ids", kInt64, {n})}, {value_info("y", kFloat, out_dims)}, {table}, 1);
+    ASSERT_FALSE(bytes.empty());
+    std::string path = write_temp(bytes, "runs" + std::to_string(axis));
+    for (int threads : {1, 2}) {
+      SessionOptions o = opts();
+      o.threads = threads;
+      auto s = Session::open(path, o);
+      EXPECT_EQ(s->memory_stats().weights_in_place_bytes, uint64_t(rows * cols * 4));
+      auto out = s->run({{"ids", Value(Tensor::from_vector(ids))}});
+      ASSERT_EQ(out[0].tensor.shape(), Shape(out_dims.begin(), out_dims.end()));
+      for (int64_t j = 0; j < n; ++j) {
+        const int64_t k = ids[size_t(j)] < 0 ? ids[size_t(j)] + dim : ids[size_t(j)];
+        if (axis == 0) {
+          ASSERT_EQ(std::memcmp(f32(out[0]) + j * cols, expect.data() + k * cols, size_t(cols) * 4), 0)
+              << "threads " << threads << " output row " << j;
+        } else {
+          for (int64_t r = 0; r < rows; ++r)
+            ASSERT_EQ(f32(out[0])[r * n + j], expect[size_t(r * cols + k)]) << "threads " << threads << " " << r << "," << j;
+        }
+      }
+    }
+    std::remove(path.c_str());
+  }
+}
+
 // Gather on axis 1 copies short runs out of the middle of each row: still bytewise.
 TEST(WeightsInPlace, GatherOnAxis1ReadsMisalignedTable) {
   const int64_t rows = 256, cols = 96;
