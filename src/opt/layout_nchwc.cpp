@@ -2,7 +2,7 @@
 // nchwc.hpp), converted only where a chain meets an op that wants NCHW.
 //
 // Rewrites (docs/fused_ops.md, "Blocked layout"), for chains of at least two convs with at most
-// one reorder per two convs:
+// one reorder per two convs, and for a stem conv (plain input) alone with at most one reorder out:
 //   Conv / basalt::FusedConv (2-D, float, constant W and B, group 1 or depthwise, explicit pads)
 //       -> basalt::NchwcConv; its input is blocked when the producer's output is, plain NCHW for
 //          an input with few channels (<= 8: the first conv), else a basalt::ReorderToNchwc
@@ -180,7 +180,7 @@ void layout_nchwc(PassContext& ctx) {
   }
 
   // Chains (nodes joined by blocked values) that are worth it: at least two convs and at most one
-  // reorder (in or out) per two convs. Measured on the benchmark models (README): a single conv
+  // reorder (in or out) per two convs, or a stem alone (below). Measured on the benchmark models (README): a single conv
   // between grouped ones (ShuffleNet) runs slower blocked (as DenseNet's two-conv chains did while
   // its batch norms ran NCHW); longer chains run faster (ResNet-50 1t 76 -> 73 ms,
   // 2t 46 -> 40 ms; MobileNetV2, SqueezeNet, Inception v1).
@@ -192,13 +192,14 @@ void layout_nchwc(PassContext& ctx) {
     for (int v : g.nodes[i].inputs)
       if (blocked(v)) root[size_t(find(int(i)))] = find(g.values[size_t(v)].producer);
   }
-  std::vector<int> convs(g.nodes.size(), 0), reorders(g.nodes.size(), 0);
+  std::vector<int> convs(g.nodes.size(), 0), reorders(g.nodes.size(), 0), stem(g.nodes.size(), 0);
   std::vector<int> to_seen(nv, -1);  // component that already counted a reorder of this plain value
   for (size_t i = 0; i < g.nodes.size(); ++i)
     if (kind[i]) {
       const Node& n = g.nodes[i];
       const int r = find(int(i));
       convs[size_t(r)] += is_conv[i];
+      if (is_conv[i] && plain_input[i]) stem[size_t(r)] = 1;
       // reorders into the chain: NCHW inputs of convs (data unless plain_input, residual)
       if (is_conv[i])
         for (size_t k : {size_t(0), size_t(3)}) {
@@ -219,6 +220,12 @@ void layout_nchwc(PassContext& ctx) {
     if (!kind[i]) continue;
     const int r = find(int(i));
     if (convs[size_t(r)] >= 2 && 2 * reorders[size_t(r)] <= convs[size_t(r)]) continue;
+    // A stem alone (one conv on a plain NCHW input of few channels, then at most one reorder
+    // out): the blocked kernel reads the plain input in place, where the NCHW path packs an
+    // im2col of K = 27 (3x3) or 147 (7x7) rows for a narrow GEMM. basalt profile / compare_nodes.py,
+    // 1 thread: UNet-lite's 3 -> 16 3x3 at 256x256 1.42 -> 0.81 ms + 0.27 ms of reorder, Inception
+    // v1's 3 -> 64 7x7 at 224x224 (with its max pool) 2.99 -> 2.21 ms + 0.02.
+    if (convs[size_t(r)] == 1 && reorders[size_t(r)] <= 1 && stem[size_t(r)]) continue;
     forbidden[i] = true;
     stable = false;
     if (is_conv[i]) ctx.reject(kPattern, g.nodes[i], "its chain of blocked ops is not worth the reorders");

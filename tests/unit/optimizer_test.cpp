@@ -813,12 +813,15 @@ Builder conv_hardswish(float three, bool extra_consumer) {
 
 TEST(OptimizerAffine, SpelledOutHardSwishBecomesHardSwishThenFusedConv) {
   std::string bytes = conv_hardswish(3.f, false).bytes();
-  auto s = open(bytes, 3);
+  // Extended: the fusions only (at level all this stem conv then runs blocked: NchwcConv and a
+  // reorder, whose outputs expect_same_outputs checks below)
+  auto s = open(bytes, 2);
   const auto& f = report_of(*s).fusions;
   EXPECT_EQ(f.at("HardSwish"), 1);
   EXPECT_EQ(f.at("Conv+HardSwish"), 1);
   ASSERT_EQ(s->model().graph->nodes.size(), 1u);
   EXPECT_EQ(s->model().graph->nodes[0].op_type, "FusedConv");
+  expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   // At basic level nothing changes (HardSwish is an opset-14 rewrite: Extended).
   EXPECT_EQ(count_ops(*open(bytes, 1)->model().graph, "Clip"), 1);
@@ -1115,6 +1118,27 @@ TEST(OptimizerLayout, ShortChainWithReordersStaysNchw) {
   auto s = open(bytes, 3);
   EXPECT_EQ(count_ops(*s->model().graph, "NchwcConv"), 0);
   EXPECT_TRUE(rejected_with(report_of(*s), "NCHWc layout", "not worth"));
+}
+
+// A stem alone runs blocked: one conv on a 3-channel input whose output goes to an op that stays
+// NCHW (here Softmax) becomes NchwcConv (reading the plain input) and one ReorderFromNchwc, with
+// the outputs of the NCHW graph. A single conv on a blocked-width input stays NCHW (above).
+TEST(OptimizerLayout, StemAloneRunsBlocked) {
+  if (kernels::best_isa() < kernels::Isa::Avx2) GTEST_SKIP() << "the layout pass runs on AVX2 and AVX-512 CPUs only";
+  Builder b;
+  b.input("X", {1, 3, 13, 11});
+  b.init("W", random_tensor({20, 3, 3, 3}, 1));
+  b.init("B", random_tensor({20}, 2));
+  b.node("Conv", {"X", "W", "B"}, {"c"}, {attr("pads", Ints{1, 1, 1, 1}), attr("kernel_shape", Ints{3, 3})});
+  b.node("Relu", {"c"}, {"r"});
+  b.node("Softmax", {"r"}, {"Y"}, {attr("axis", int64_t(1))});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 3);
+  EXPECT_EQ(count_ops(*s->model().graph, "NchwcConv"), 1);
+  EXPECT_EQ(count_ops(*s->model().graph, "ReorderFromNchwc"), 1);
+  EXPECT_EQ(count_ops(*s->model().graph, "ReorderToNchwc"), 0);
+  expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 13, 11}, 9)}});
 }
 
 // Kernels prepare (pack weights) on the session's pool, a node per chunk: when several nodes fail,
