@@ -533,6 +533,11 @@ TEST(KernelsVec, Pool2dEveryIsaAndThreadCount) {
       // outputs from 32 columns, a 7-wide dilated window at stride 3
       {28, 28, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1}, {6, 17, 2, 2, 2, 2, 1, 1, 0, 0, 0, 1},
       {9, 32, 3, 5, 1, 2, 1, 1, 1, 2, 1, 2},  {5, 20, 3, 7, 2, 3, 1, 2, 1, 3, 1, 3},
+      // 2x2 stride 2 with every window inside (the AVX-512 build's two-row path): 16 outputs a
+      // row, 16 and a tail of 1 or 15 (odd rows and columns left over), and a ceil-mode end pad
+      // (the general path, a partial last window)
+      {6, 32, 2, 2, 2, 2, 1, 1, 0, 0, 0, 0},  {7, 35, 2, 2, 2, 2, 1, 1, 0, 0, 0, 0},
+      {4, 62, 2, 2, 2, 2, 1, 1, 0, 0, 0, 0},  {5, 97, 2, 2, 2, 2, 1, 1, 0, 0, 1, 1},
   };
   for (const G& c : cases)
     for (int avg = 0; avg < 2; ++avg)
