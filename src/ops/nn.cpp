@@ -1788,6 +1788,12 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
     x_all_copy = x_all_copy && fx.copy[size_t(xo)] && !fx.ext[size_t(xo)];
     xsrc[size_t(xo)] = x_all_copy ? fx.idx[size_t(fx.first[size_t(xo)])] : 0;
   }
+  // The usual 2x nearest upsampling along W (UNet's decoders, FPN necks): each input column
+  // written twice, a loop the compiler turns into unpacks and whole-vector stores (the indexed
+  // gather above does an index load and a scalar load per output). UNet-lite's 32 x 128x128 ->
+  // 256x256, 1 thread: see the commit.
+  bool x_twice = x_all_copy && OW == 2 * W;
+  for (int64_t xo = 0; x_twice && xo < OW; ++xo) x_twice = xsrc[size_t(xo)] == xo / 2;
   parallel_for(pool, rows, grain, [&](int64_t r0, int64_t r1) {
     std::vector<float> hrow(static_cast<size_t>(W));  // this output row's H-axis values
     float* t = hrow.data();
@@ -1815,6 +1821,14 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
           const float wk = fy.w[size_t(k)];
           for (int64_t ix = 0; ix < W; ++ix) t[ix] += wk * s0[ix];
         }
+      }
+      if (x_twice) {
+        for (int64_t ix = 0; ix < W; ++ix) {
+          const float v = row[ix];
+          dst[2 * ix] = v;
+          dst[2 * ix + 1] = v;
+        }
+        continue;
       }
       if (x_all_copy) {
         const int64_t* xs = xsrc.data();
