@@ -137,7 +137,8 @@ void pool2d_planes_narrow(const float* x, float* y, int64_t p0, int64_t p1, cons
 // the row. Here 32 columns of both rows are two registers each: op(r0, r1) per register, the even
 // and odd columns by two permutes, op(even, odd), stored as 16 outputs. The same operations in
 // the same order, so the same bits; average divides by the window's 2 * 2 taps.
-// UNet-lite, 16 planes of 256x256 -> 128x128, 1 thread: see the commit.
+// UNet-lite's two max pools (16 planes 256x256 -> 128x128, 32 planes 128x128 -> 64x64), 1 thread:
+// 0.85-0.90 -> 0.30-0.47 ms.
 bool two_by_two_applies(const Pool2D& g) {
   return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.dh == 1 && g.dw == 1 && g.ph == 0 && g.pw == 0 &&
          2 * g.OH <= g.H && 2 * g.OW <= g.W && g.OW >= 16;

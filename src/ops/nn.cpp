@@ -1791,7 +1791,7 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
   // The usual 2x nearest upsampling along W (UNet's decoders, FPN necks): each input column
   // written twice, a loop the compiler turns into unpacks and whole-vector stores (the indexed
   // gather above does an index load and a scalar load per output). UNet-lite's 32 x 128x128 ->
-  // 256x256, 1 thread: see the commit.
+  // 256x256, 1 thread: 0.55-0.66 -> 0.29-0.37 ms.
   bool x_twice = x_all_copy && OW == 2 * W;
   for (int64_t xo = 0; x_twice && xo < OW; ++xo) x_twice = xsrc[size_t(xo)] == xo / 2;
   parallel_for(pool, rows, grain, [&](int64_t r0, int64_t r1) {
