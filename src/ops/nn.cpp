@@ -669,34 +669,48 @@ void register_conv(OpRegistry& r) {
 // ---------------------------------------------------------------- ConvTranspose / Col2Im
 
 // Scatter-add columns col[ch*K + kidx, j] (positions j in [p0, p0+cols) of grid `gshape`) into
-// out[ch, out_spatial]. Geometry: out coord = grid coord * s - pb + k * d.
+// out[ch, out_spatial]. Geometry: out coord = grid coord * s - pb + k * d. 2-D: the channels
+// (each its own output plane) are shared by the pool's threads. If `bias` (per channel) is
+// given, it is added to every output of the channel after the scatter.
 void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vector<int64_t>& gshape, int64_t p0, int64_t cols,
                 const std::vector<int64_t>& k, const std::vector<int64_t>& s, const std::vector<int64_t>& d,
-                const std::vector<int64_t>& pb, const std::vector<int64_t>& out_sp_shape, float* out) {
+                const std::vector<int64_t>& pb, const std::vector<int64_t>& out_sp_shape, float* out,
+                ThreadPool* pool = nullptr, const float* bias = nullptr) {
   int nd = int(k.size());
   int64_t K = shape_numel(k), out_sp = shape_numel(out_sp_shape);
   if (nd == 2) {  // the common case without per-element index arithmetic over nd axes
     const int64_t GW = gshape[1], OH = out_sp_shape[0], OW = out_sp_shape[1];
-    for (int64_t c = 0; c < channels; ++c) {
-      float* oc = out + c * out_sp;
-      for (int64_t kh = 0; kh < k[0]; ++kh)
-        for (int64_t kw = 0; kw < k[1]; ++kw) {
-          const float* row = col + (c * K + kh * k[1] + kw) * ld;
-          int64_t j = 0;
-          while (j < cols) {  // one grid row at a time
-            int64_t gp = p0 + j, gh = gp / GW, gw = gp % GW;
-            int64_t len = std::min(cols - j, GW - gw);
-            int64_t oh = gh * s[0] - pb[0] + kh * d[0];
-            if (oh >= 0 && oh < OH) {
-              float* orow = oc + oh * OW;
-              int64_t ow = gw * s[1] - pb[1] + kw * d[1];
-              for (int64_t t = 0; t < len; ++t, ow += s[1])
-                if (ow >= 0 && ow < OW) orow[ow] += row[j + t];
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, K * cols + (bias ? out_sp : 0)));
+    // the geometry as locals: the closure's references would be reloaded around every store
+    const int64_t KH = k[0], KW = k[1], sh = s[0], sw = s[1], dh = d[0], dw = d[1], pt = pb[0], pl = pb[1];
+    parallel_for(pool, channels, grain, [=](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) {
+        float* oc = out + c * out_sp;
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const float* row = col + (c * K + kh * KW + kw) * ld;
+            int64_t j = 0;
+            while (j < cols) {  // one grid row at a time
+              const int64_t gp = p0 + j, gh = gp / GW, gw = gp % GW;
+              const int64_t len = std::min(cols - j, GW - gw);
+              const int64_t oh = gh * sh - pt + kh * dh;
+              if (oh >= 0 && oh < OH) {
+                // grid positions t in [t0, t1) land inside the output row
+                const int64_t ow0 = gw * sw - pl + kw * dw;
+                int64_t t0 = ow0 >= 0 ? 0 : (-ow0 + sw - 1) / sw;
+                int64_t t1 = ow0 + (len - 1) * sw < OW ? len : (OW - 1 - ow0) / sw + 1;
+                t1 = std::max(t0, std::min(t1, len));
+                float* o = oc + oh * OW + ow0;
+                const float* r = row + j;
+                for (int64_t t = t0; t < t1; ++t) o[t * sw] += r[t];
+              }
+              j += len;
             }
-            j += len;
           }
-        }
-    }
+        if (bias)
+          for (int64_t j = 0; j < out_sp; ++j) oc[j] += bias[c];
+      }
+    });
     return;
   }
   std::vector<int64_t> starts(size_t(cols * nd));
@@ -738,6 +752,9 @@ void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vecto
       kk[size_t(i)] = 0;
     }
   }
+  if (bias)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t j = 0; j < out_sp; ++j) out[c * out_sp + j] += bias[c];
 }
 
 // ConvTranspose's scratch: GEMM columns for `chunk` input positions at a time (MK = output
@@ -847,14 +864,11 @@ void register_convtranspose(OpRegistry& r) {
             opb.data = xg + p0;
             opb.ld = in_sp;
             kernels::sgemm(garch, MK, cols, Cg, opa, opb, col, cols, kernels::Epilogue{}, ctx.pool(), gws);
-            col2im_add(col, cols, Mg, in, p0, cols, k, s, d, pb, out, yg);
+            // the bias with the last chunk's scatter, while the plane is in cache
+            const bool last = p0 + chunk >= in_sp;
+            col2im_add(col, cols, Mg, in, p0, cols, k, s, d, pb, out, yg, ctx.pool(),
+                       last && bf.defined() ? bf.data<float>() + gi * Mg : nullptr);
           }
-          if (bf.defined())
-            for (int64_t m = 0; m < Mg; ++m) {
-              float bv = bf.data<float>()[gi * Mg + m];
-              float* row = yg + m * out_sp;
-              for (int64_t j = 0; j < out_sp; ++j) row[j] += bv;
-            }
         }
       if (!direct) ctx.set_output(0, Value(fromf(yf, X.dtype())));
     }, [group](std::span<const Shape> in, int) -> size_t {
@@ -903,7 +917,8 @@ void register_convtranspose(OpRegistry& r) {
       Tensor yf(DType::Float, ys);
       int64_t osp = shape_numel(img);
       for (int64_t b = 0; b < N; ++b)
-        col2im_add(xf.data<float>() + b * C * K * L, L, C, grid, 0, L, blk, s, d, pb, img, yf.data<float>() + b * C * osp);
+        col2im_add(xf.data<float>() + b * C * K * L, L, C, grid, 0, L, blk, s, d, pb, img, yf.data<float>() + b * C * osp,
+                   ctx.pool());
       ctx.set_output(0, Value(fromf(yf, X.dtype())));
     });
   });

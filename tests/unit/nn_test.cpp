@@ -119,25 +119,41 @@ TEST(NnOps, ValidationErrors) {
 }
 
 TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
-  // ConvTranspose with groups against a direct scatter formulation.
-  int64_t C = 4, G = 2, Mg = 3, H = 4, W = 5, K = 3, s = 2;
-  Tensor x = nn_rand({1, C, H, W}, 11), w = nn_rand({C, Mg, K, K}, 12);
-  int64_t OH = (H - 1) * s + K, OW = (W - 1) * s + K, M = Mg * G;
-  std::vector<double> ref(size_t(M * OH * OW), 0.0);
-  for (int64_t c = 0; c < C; ++c) {
-    int64_t g = c / (C / G);
-    for (int64_t m = 0; m < Mg; ++m)
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t ww = 0; ww < W; ++ww)
-          for (int64_t kh = 0; kh < K; ++kh)
-            for (int64_t kw = 0; kw < K; ++kw)
-              ref[size_t(((g * Mg + m) * OH + h * s + kh) * OW + ww * s + kw)] +=
-                  double(x.data<float>()[(c * H + h) * W + ww]) * double(w.data<float>()[((c * Mg + m) * K + kh) * K + kw]);
-  }
-  for (int threads : {1, 2, 3}) {
-    auto y = run_op("ConvTranspose", 11, {x, w}, {attr("group", G), attr("strides", Ints{s, s})}, 1, "", threads)[0].tensor;
-    ASSERT_EQ(y.shape(), (Shape{1, M, OH, OW}));
-    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(y.data<float>()[i], ref[i], 1e-4) << "at " << i << " threads " << threads;
+  // ConvTranspose against a direct scatter formulation: with groups; and with a bias and more
+  // input positions than one GEMM chunk (Mg * K * K = 1152 output rows: chunks of 256 positions,
+  // the bias added with the last one's scatter), on 1, 2 and 3 threads (the scatter splits the
+  // output channels).
+  struct Case {
+    int64_t C, G, Mg, H, W, K, s;
+    bool bias;
+  };
+  for (const Case& cs : {Case{4, 2, 3, 4, 5, 3, 2, false}, Case{4, 1, 128, 17, 19, 3, 2, true}}) {
+    const int64_t C = cs.C, G = cs.G, Mg = cs.Mg, H = cs.H, W = cs.W, K = cs.K, s = cs.s;
+    Tensor x = nn_rand({1, C, H, W}, 11), w = nn_rand({C, Mg, K, K}, 12);
+    int64_t OH = (H - 1) * s + K, OW = (W - 1) * s + K, M = Mg * G;
+    Tensor b = nn_rand({M}, 13);
+    std::vector<double> ref(size_t(M * OH * OW), 0.0);
+    for (int64_t c = 0; c < C; ++c) {
+      int64_t g = c / (C / G);
+      for (int64_t m = 0; m < Mg; ++m)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t ww = 0; ww < W; ++ww)
+            for (int64_t kh = 0; kh < K; ++kh)
+              for (int64_t kw = 0; kw < K; ++kw)
+                ref[size_t(((g * Mg + m) * OH + h * s + kh) * OW + ww * s + kw)] +=
+                    double(x.data<float>()[(c * H + h) * W + ww]) * double(w.data<float>()[((c * Mg + m) * K + kh) * K + kw]);
+    }
+    if (cs.bias)
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < OH * OW; ++j) ref[size_t(m * OH * OW + j)] += double(b.data<float>()[m]);
+    for (int threads : {1, 2, 3}) {
+      std::vector<Value> in = {x, w};
+      if (cs.bias) in.push_back(b);
+      auto y = run_op("ConvTranspose", 11, in, {attr("group", G), attr("strides", Ints{s, s})}, 1, "", threads)[0].tensor;
+      ASSERT_EQ(y.shape(), (Shape{1, M, OH, OW}));
+      for (size_t i = 0; i < ref.size(); ++i)
+        ASSERT_NEAR(y.data<float>()[i], ref[i], 1e-4) << "Mg " << Mg << " at " << i << " threads " << threads;
+    }
   }
 }
 
