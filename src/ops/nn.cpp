@@ -697,12 +697,12 @@ void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vecto
               if (oh >= 0 && oh < OH) {
                 // grid positions t in [t0, t1) land inside the output row
                 const int64_t ow0 = gw * sw - pl + kw * dw;
-                int64_t t0 = ow0 >= 0 ? 0 : (-ow0 + sw - 1) / sw;
-                int64_t t1 = ow0 + (len - 1) * sw < OW ? len : (OW - 1 - ow0) / sw + 1;
-                t1 = std::max(t0, std::min(t1, len));
-                float* o = oc + oh * OW + ow0;
+                // (a segment that starts at a chunk boundary may begin past the row's end)
+                const int64_t t0 = ow0 >= 0 ? 0 : (-ow0 + sw - 1) / sw;
+                const int64_t t1 = ow0 > OW - 1 ? 0 : std::min(len, (OW - 1 - ow0) / sw + 1);
+                float* o = oc + oh * OW;
                 const float* r = row + j;
-                for (int64_t t = t0; t < t1; ++t) o[t * sw] += r[t];
+                for (int64_t t = t0; t < t1; ++t) o[ow0 + t * sw] += r[t];
               }
               j += len;
             }

@@ -123,14 +123,18 @@ TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
   // input positions than one GEMM chunk (Mg * K * K = 1152 output rows: chunks of 256 positions,
   // the bias added with the last one's scatter), on 1, 2 and 3 threads (the scatter splits the
   // output channels).
+  // A third case pads the output (begin 1 / 0, end 2): with 100 x 3 x 3 = 900 rows the chunks are
+  // 291 positions, so the second chunk starts at the last column of a 73-wide grid row, whose
+  // taps all land past the output row's end (1 x 145 columns after the end pad).
   struct Case {
-    int64_t C, G, Mg, H, W, K, s;
+    int64_t C, G, Mg, H, W, K, s, pt, pl, pb, pr;
     bool bias;
   };
-  for (const Case& cs : {Case{4, 2, 3, 4, 5, 3, 2, false}, Case{4, 1, 128, 17, 19, 3, 2, true}}) {
+  for (const Case& cs : {Case{4, 2, 3, 4, 5, 3, 2, 0, 0, 0, 0, false}, Case{4, 1, 128, 17, 19, 3, 2, 0, 0, 0, 0, true},
+                         Case{2, 1, 100, 5, 73, 3, 2, 1, 0, 2, 2, true}}) {
     const int64_t C = cs.C, G = cs.G, Mg = cs.Mg, H = cs.H, W = cs.W, K = cs.K, s = cs.s;
     Tensor x = nn_rand({1, C, H, W}, 11), w = nn_rand({C, Mg, K, K}, 12);
-    int64_t OH = (H - 1) * s + K, OW = (W - 1) * s + K, M = Mg * G;
+    int64_t OH = (H - 1) * s + K - cs.pt - cs.pb, OW = (W - 1) * s + K - cs.pl - cs.pr, M = Mg * G;
     Tensor b = nn_rand({M}, 13);
     std::vector<double> ref(size_t(M * OH * OW), 0.0);
     for (int64_t c = 0; c < C; ++c) {
@@ -139,9 +143,12 @@ TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
         for (int64_t h = 0; h < H; ++h)
           for (int64_t ww = 0; ww < W; ++ww)
             for (int64_t kh = 0; kh < K; ++kh)
-              for (int64_t kw = 0; kw < K; ++kw)
-                ref[size_t(((g * Mg + m) * OH + h * s + kh) * OW + ww * s + kw)] +=
+              for (int64_t kw = 0; kw < K; ++kw) {
+                const int64_t oh = h * s + kh - cs.pt, ow = ww * s + kw - cs.pl;
+                if (oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                ref[size_t(((g * Mg + m) * OH + oh) * OW + ow)] +=
                     double(x.data<float>()[(c * H + h) * W + ww]) * double(w.data<float>()[((c * Mg + m) * K + kh) * K + kw]);
+              }
     }
     if (cs.bias)
       for (int64_t m = 0; m < M; ++m)
@@ -149,7 +156,10 @@ TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
     for (int threads : {1, 2, 3}) {
       std::vector<Value> in = {x, w};
       if (cs.bias) in.push_back(b);
-      auto y = run_op("ConvTranspose", 11, in, {attr("group", G), attr("strides", Ints{s, s})}, 1, "", threads)[0].tensor;
+      auto y = run_op("ConvTranspose", 11, in,
+                      {attr("group", G), attr("strides", Ints{s, s}), attr("pads", Ints{cs.pt, cs.pl, cs.pb, cs.pr})}, 1, "",
+                      threads)[0]
+                   .tensor;
       ASSERT_EQ(y.shape(), (Shape{1, M, OH, OW}));
       for (size_t i = 0; i < ref.size(); ++i)
         ASSERT_NEAR(y.data<float>()[i], ref[i], 1e-4) << "Mg " << Mg << " at " << i << " threads " << threads;
