@@ -869,6 +869,9 @@ void register_convtranspose(OpRegistry& r) {
             col2im_add(col, cols, Mg, in, p0, cols, k, s, d, pb, out, yg, ctx.pool(),
                        last && bf.defined() ? bf.data<float>() + gi * Mg : nullptr);
           }
+          if (in_sp == 0 && bf.defined())  // no chunk ran (an empty input axis): the output is the bias
+            for (int64_t m = 0; m < Mg; ++m)
+              std::fill(yg + m * out_sp, yg + (m + 1) * out_sp, bf.data<float>()[gi * Mg + m]);
         }
       if (!direct) ctx.set_output(0, Value(fromf(yf, X.dtype())));
     }, [group](std::span<const Shape> in, int) -> size_t {

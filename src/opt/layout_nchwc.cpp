@@ -220,8 +220,8 @@ void layout_nchwc(PassContext& ctx) {
     if (!kind[i]) continue;
     const int r = find(int(i));
     if (convs[size_t(r)] >= 2 && 2 * reorders[size_t(r)] <= convs[size_t(r)]) continue;
-    // A stem alone (one conv on a plain NCHW input of few channels, then at most one reorder
-    // out): the blocked kernel reads the plain input in place, where the NCHW path packs an
+    // A stem alone (one conv on a plain NCHW input of few channels, with at most one reorder in
+    // or out): the blocked kernel reads the plain input in place, where the NCHW path packs an
     // im2col of K = 27 (3x3) or 147 (7x7) rows for a narrow GEMM. basalt profile / compare_nodes.py,
     // 1 thread: UNet-lite's 3 -> 16 3x3 at 256x256 1.42 -> 0.81 ms + 0.27 ms of reorder, Inception
     // v1's 3 -> 64 7x7 at 224x224 (with its max pool) 2.99 -> 2.21 ms + 0.02.

@@ -167,6 +167,15 @@ TEST(NnOps, ConvTransposeGroupsMatchesScatter) {
   }
 }
 
+// An empty input axis still gives a non-empty output ((in - 1) * s + k): every element is the
+// bias (no GEMM chunk runs, so the bias is not added with one).
+TEST(NnOps, ConvTransposeEmptyInputGivesTheBias) {
+  Tensor x = nn_rand({1, 2, 0, 5}, 21), w = nn_rand({2, 3, 3, 3}, 22), b = nn_rand({3}, 23);
+  auto y = run_op("ConvTranspose", 11, {x, w, b}, {}, 1, "", 2)[0].tensor;
+  ASSERT_EQ(y.shape(), (Shape{1, 3, 2, 7}));
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(y.data<float>()[i], b.data<float>()[i / 14]) << i;
+}
+
 TEST(NnOps, ResizeNearestIsExactForInt64) {
   int64_t big = (int64_t(1) << 53) + 1;
   Tensor x = Tensor::from_vector<int64_t>({big, 2, 3, big + 2}, {1, 1, 2, 2});
