@@ -670,17 +670,16 @@ void register_conv(OpRegistry& r) {
 
 // Scatter-add columns col[ch*K + kidx, j] (positions j in [p0, p0+cols) of grid `gshape`) into
 // out[ch, out_spatial]. Geometry: out coord = grid coord * s - pb + k * d. 2-D: the channels
-// (each its own output plane) are shared by the pool's threads. If `bias` (per channel) is
-// given, it is added to every output of the channel after the scatter.
+// (each its own output plane) are shared by the pool's threads.
 void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vector<int64_t>& gshape, int64_t p0, int64_t cols,
                 const std::vector<int64_t>& k, const std::vector<int64_t>& s, const std::vector<int64_t>& d,
                 const std::vector<int64_t>& pb, const std::vector<int64_t>& out_sp_shape, float* out,
-                ThreadPool* pool = nullptr, const float* bias = nullptr) {
+                ThreadPool* pool = nullptr) {
   int nd = int(k.size());
   int64_t K = shape_numel(k), out_sp = shape_numel(out_sp_shape);
   if (nd == 2) {  // the common case without per-element index arithmetic over nd axes
     const int64_t GW = gshape[1], OH = out_sp_shape[0], OW = out_sp_shape[1];
-    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, K * cols + (bias ? out_sp : 0)));
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, K * cols));
     // the geometry as locals: the closure's references would be reloaded around every store
     const int64_t KH = k[0], KW = k[1], sh = s[0], sw = s[1], dh = d[0], dw = d[1], pt = pb[0], pl = pb[1];
     parallel_for(pool, channels, grain, [=](int64_t c0, int64_t c1) {
@@ -707,8 +706,6 @@ void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vecto
               j += len;
             }
           }
-        if (bias)
-          for (int64_t j = 0; j < out_sp; ++j) oc[j] += bias[c];
       }
     });
     return;
@@ -752,9 +749,6 @@ void col2im_add(const float* col, int64_t ld, int64_t channels, const std::vecto
       kk[size_t(i)] = 0;
     }
   }
-  if (bias)
-    for (int64_t c = 0; c < channels; ++c)
-      for (int64_t j = 0; j < out_sp; ++j) out[c * out_sp + j] += bias[c];
 }
 
 // ConvTranspose's scratch: GEMM columns for `chunk` input positions at a time (MK = output
@@ -864,14 +858,16 @@ void register_convtranspose(OpRegistry& r) {
             opb.data = xg + p0;
             opb.ld = in_sp;
             kernels::sgemm(garch, MK, cols, Cg, opa, opb, col, cols, kernels::Epilogue{}, ctx.pool(), gws);
-            // the bias with the last chunk's scatter, while the plane is in cache
-            const bool last = p0 + chunk >= in_sp;
-            col2im_add(col, cols, Mg, in, p0, cols, k, s, d, pb, out, yg, ctx.pool(),
-                       last && bf.defined() ? bf.data<float>() + gi * Mg : nullptr);
+            col2im_add(col, cols, Mg, in, p0, cols, k, s, d, pb, out, yg, ctx.pool());
           }
-          if (in_sp == 0 && bf.defined())  // no chunk ran (an empty input axis): the output is the bias
-            for (int64_t m = 0; m < Mg; ++m)
-              std::fill(yg + m * out_sp, yg + (m + 1) * out_sp, bf.data<float>()[gi * Mg + m]);
+          if (bf.defined()) {  // the bias, a channel's plane at a time on the pool's threads
+            const float* bg = bf.data<float>() + gi * Mg;
+            const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, out_sp));
+            parallel_for(ctx.pool(), Mg, grain, [&](int64_t m0, int64_t m1) {
+              for (int64_t m = m0; m < m1; ++m)
+                for (int64_t j = 0; j < out_sp; ++j) yg[m * out_sp + j] += bg[m];
+            });
+          }
         }
       if (!direct) ctx.set_output(0, Value(fromf(yf, X.dtype())));
     }, [group](std::span<const Shape> in, int) -> size_t {
