@@ -64,9 +64,9 @@ struct TileEpilogue {
 };
 
 // The inner product of one tile: P output pixels x one output block, over `ntaps` taps (an input
-// block and a kernel position: the input offsets in taps[]), each of NIC input channels (16 for a
-// blocked input, C for a plain one). xp[p]: pixel p's input at tap offset 0; w: the block's
-// weights of the first tap, the next input channel's `wic` floats on (the group's blocks are
+// block and a kernel position: the input offsets in taps[]), each of 16 input channels for a
+// blocked input (nic in the last tail_taps taps: a partial last block) and nic = C for a plain
+// one. xp[p]: pixel p's input at tap offset 0; w0: the block's weights of the first tap, the next input channel's `wic` floats on (the group's blocks are
 // interleaved: wic = 16 * blocks in the group), the next tap's 16 * wic. acc is loaded from /
 // stored to y (P pixels of 16 floats); `first`: start from 0 instead. nt tiles in a row (RUN):
 // tile i reads xp[p] + i * xstep and writes y + i * P * 16.
@@ -76,7 +76,6 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
                                            bool first, const TileEpilogue* epi, int64_t nt, int64_t xstep) {
   if constexpr (!RUN) nt = 1;
   for (int64_t i = 0; i < nt; ++i) {
-    const float* w = w0;
     float* y = y0 + i * P * 16;
     const float* res = epi && epi->residual ? epi->residual + i * P * 16 : nullptr;
     Blk acc[P];
@@ -88,7 +87,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
     // a constant channel count for blocked inputs and the usual RGB stem, so the loop unrolls
     auto tap = [&]<int KN>(int64_t t) {
       const int64_t off = taps[t];
-      const float* wp = w + t * 16 * wic;
+      const float* wp = w0 + t * 16 * wic;
       const int n = KN ? KN : nic;
 #pragma GCC unroll 4
       for (int ic = 0; ic < n; ++ic, wp += wic) {

@@ -31,9 +31,10 @@ inline __mmask16 valid_lanes(const DenseConvArgs& a, int64_t ob) { return first_
 
 
 // The inner product of one tile: P output pixels x F output blocks, over `ntaps` taps (an input
-// block and a kernel position: the input offsets in taps[]), each of NIC input channels
-// (16 for a blocked input, C for a plain one). xp[p]: pixel p's input at tap offset 0; w: the
-// taps' weights, 16 * F * 16 floats per tap (dense_w_index). acc is loaded from / stored to y
+// block and a kernel position: the input offsets in taps[]), each of 16 input channels for a
+// blocked input (nic in the last tail_taps taps: a partial last block) and nic = C for a plain
+// one. xp[p]: pixel p's input at tap offset 0; w0: the taps' weights, 16 * F * 16 floats per tap
+// (dense_w_index). acc is loaded from / stored to y
 // (F blocks of ys_blk floats apart, P pixels of 16 floats); `first`: start from 0 instead.
 // Kept out of line with only what its loops need, so the accumulators, weights and pixel
 // pointers all stay in registers.
@@ -57,7 +58,6 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
                                            int64_t nt, int64_t step, int64_t xstep) {
   if constexpr (!RUN) nt = 1;  // a single tile: no loop (the code of the kernel before runs)
   for (int64_t i = 0; i < nt; ++i) {
-    const float* w = w0;
     float* y = y0 + i * step;
     const float* pf = pf0 ? pf0 + (i * pf_total / nt) * 16 : nullptr;
     const int64_t pf_lines = (i + 1) * pf_total / nt - i * pf_total / nt;
@@ -84,7 +84,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
     }
     auto tap = [&]<int KN>(int64_t t) {
       const int64_t off = taps[t];
-      const float* wp = w + t * (16 * F * 16);
+      const float* wp = w0 + t * (16 * F * 16);
       if (pf_lines) {  // this tap's share of the lines to prefetch
         for (int64_t l = t * pf_lines / ntaps, e = (t + 1) * pf_lines / ntaps; l < e; ++l)
           _mm_prefetch(reinterpret_cast<const char*>(pf + l * 16), _MM_HINT_T1);

@@ -2,7 +2,7 @@
 // nchwc.hpp), converted only where a chain meets an op that wants NCHW.
 //
 // Rewrites (docs/fused_ops.md, "Blocked layout"), for chains of at least two convs with at most
-// one reorder per two convs, and for a stem conv (plain input) alone with at most one reorder out:
+// one reorder per two convs, and for a stem conv (plain input) alone with at most one reorder:
 //   Conv / basalt::FusedConv (2-D, float, constant W and B, group 1 or depthwise, explicit pads)
 //       -> basalt::NchwcConv; its input is blocked when the producer's output is, plain NCHW for
 //          an input with few channels (<= 8: the first conv), else a basalt::ReorderToNchwc
@@ -180,10 +180,10 @@ void layout_nchwc(PassContext& ctx) {
   }
 
   // Chains (nodes joined by blocked values) that are worth it: at least two convs and at most one
-  // reorder (in or out) per two convs, or a stem alone (below). Measured on the benchmark models (README): a single conv
-  // between grouped ones (ShuffleNet) runs slower blocked (as DenseNet's two-conv chains did while
-  // its batch norms ran NCHW); longer chains run faster (ResNet-50 1t 76 -> 73 ms,
-  // 2t 46 -> 40 ms; MobileNetV2, SqueezeNet, Inception v1).
+  // reorder (in or out) per two convs, or a stem alone (below). Measured on the benchmark models
+  // (README): a single conv between grouped ones (ShuffleNet) runs slower blocked (as DenseNet's
+  // two-conv chains did while its batch norms ran NCHW); longer chains run faster (ResNet-50 1t
+  // 76 -> 73 ms, 2t 46 -> 40 ms; MobileNetV2, SqueezeNet, Inception v1).
   std::vector<int> root(g.nodes.size());
   for (size_t i = 0; i < root.size(); ++i) root[i] = int(i);
   std::function<int(int)> find = [&](int i) { return root[size_t(i)] == i ? i : root[size_t(i)] = find(root[size_t(i)]); };
