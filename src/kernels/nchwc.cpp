@@ -34,10 +34,27 @@ int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) 
   if (!blocked_winograd_channels(s)) return 0;
   if (image_pixels >= 100 && image_pixels < 400) {
     // 10x10 to 19x19 images, where Winograd in NCHW lost to the direct kernels: on blocked tensors
-    // F(2x2) wins (ResNet-50's six 256 -> 256 convs at 14x14, 1 thread: 13.76 -> 10.18 ms).
+    // F(2x2) wins (ResNet-50's six 256 -> 256 convs at 14x14, 1 thread: 13.76 -> 10.18 ms, on an
+    // Intel Xeon), and F(4x4) more where both channel counts are at least 96 (AMD EPYC Zen 4,
+    // BASALT_WINOGRAD=2 against 4: those ResNet-50 convs 5.41 -> 4.63 ms at 1 thread, 3.01 -> 2.70
+    // at 2; Inception v1's five at 13x13 3.06 -> 2.89 ms), but not with 32 outputs (DenseNet-121's
+    // 128 -> 32 at 14x14: 2.81 -> 3.17 ms). F(4x4) keeps 4x the original weights, F(2x2) 1.8x
+    // (ResNet-50 peak RSS 146 -> 171 MB).
     // BASALT_WINOGRAD still decides where it is set (0 = off, 2 / 4 = that tile).
     const int t = chain_winograd_tile(s, plain_input, 400);
-    return t == 0 ? 0 : winograd_choose_tile(s, image_pixels) != 0 ? t : 2;
+    return t == 0 ? 0 : winograd_choose_tile(s, image_pixels) != 0 ? t : std::min(s.C, s.M) >= 96 ? 4 : 2;
+  }
+  if (image_pixels >= 36 && image_pixels < 100) {
+    // 6x6 to 9x9 images: F(2x2) (2x2 to 5x5 tiles) still does 1.3-2.25x fewer multiplies than the
+    // direct kernel, and with wide products (both channel counts at least 128) that pays on this
+    // generation of CPUs, where the direct kernel is FMA-bound: 1 thread, BASALT_WINOGRAD=2 against
+    // the direct kernel, ResNet-50's three 512 -> 512 at 7x7 4.67 -> 3.22 ms, Inception v1's
+    // 192 -> 384 and 160 -> 320 at 6x6 0.51 -> 0.32 and 0.35 -> 0.23 ms; with few outputs it loses
+    // (DenseNet-121's 128 -> 32 at 7x7: 0.66 -> 0.92 ms). The weights grow 16/9x (ResNet-50: +22 MB).
+    const int t = chain_winograd_tile(s, plain_input, 400);
+    if (t == 0) return 0;
+    if (winograd_choose_tile(s, image_pixels) != 0) return t;  // BASALT_WINOGRAD=2/4 forces a tile
+    return std::min(s.C, s.M) >= 128 ? 2 : 0;
   }
   return chain_winograd_tile(s, plain_input, image_pixels);
 }

@@ -242,8 +242,16 @@ TEST(NchwcConv, WinogradRouting) {
   };
   EXPECT_EQ(nc::winograd_tile(shape(64, 64, 3, 1), false, 56 * 56), 4);
   EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 1), false, 28 * 28), 4);
-  EXPECT_EQ(nc::winograd_tile(shape(256, 256, 3, 1), false, 14 * 14), 2);  // blocked F(2x2) from 10x10
-  EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 7 * 7), 0);    // direct
+  // 10x10 to 19x19: F(4x4) with at least 96 channels each side, else F(2x2)
+  EXPECT_EQ(nc::winograd_tile(shape(256, 256, 3, 1), false, 14 * 14), 4);
+  EXPECT_EQ(nc::winograd_tile(shape(96, 208, 3, 1), false, 13 * 13), 4);
+  EXPECT_EQ(nc::winograd_tile(shape(128, 32, 3, 1), false, 14 * 14), 2);
+  EXPECT_EQ(nc::winograd_tile(shape(64, 64, 3, 1), false, 10 * 10), 2);
+  // 6x6 to 9x9: F(2x2) with at least 128 channels each side, else the direct kernel
+  EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 7 * 7), 2);
+  EXPECT_EQ(nc::winograd_tile(shape(160, 320, 3, 1), false, 6 * 6), 2);
+  EXPECT_EQ(nc::winograd_tile(shape(128, 32, 3, 1), false, 7 * 7), 0);
+  EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 5 * 5), 0);  // below 6x6: direct
   EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 2), false, 56 * 56), 0);  // stride 2: direct
   EXPECT_EQ(nc::winograd_tile(shape(64, 64, 1, 1), false, 56 * 56), 0);
   for (int64_t px : {int64_t(56 * 56), int64_t(14 * 14), int64_t(7 * 7)}) EXPECT_FALSE(nc::nchw_winograd(shape(64, 64, 3, 1), false, px));
