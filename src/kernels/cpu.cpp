@@ -1,5 +1,9 @@
 #include "kernels/cpu.hpp"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +31,33 @@ static Isa detect() {
 Isa best_isa() {
   static const Isa isa = detect();
   return isa;
+}
+
+static int detect_fma512_pipes() {
+  if (const char* e = std::getenv("BASALT_FMA512_PIPES")) {
+    if (!std::strcmp(e, "1")) return 1;
+    if (!std::strcmp(e, "2")) return 2;
+  }
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char vendor[13] = {};
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    if (!std::strcmp(vendor, "AuthenticAMD") && __get_cpuid(1, &a, &b, &c, &d)) {
+      const unsigned base = (a >> 8) & 0xf, ext = (a >> 20) & 0xff;
+      const unsigned family = base == 0xf ? base + ext : base;
+      if (family == 0x19) return 1;  // Zen 3 / Zen 4; only Zen 4 has AVX-512
+    }
+  }
+#endif
+  return 2;
+}
+
+int fma512_pipes() {
+  static const int v = detect_fma512_pipes();
+  return v;
 }
 
 const char* isa_name(Isa isa) {

@@ -18,49 +18,58 @@ bool conv_supported(const Conv2dShape& s, bool plain_input) {
 }
 
 namespace {
-// The Winograd tile for a conv of a blocked chain (0 = the direct kernel wins).
-int chain_winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
+// The Winograd tile for a conv of a blocked chain (0 = the direct kernel wins). Narrow inputs with
+// many outputs (16 -> 64 at 55x55) keep the direct kernel where FMAs are cheap (Intel Xeon: 0.38
+// ms against blocked Winograd's 0.45), not where they are not (fma_pipes == 1, see below).
+int chain_winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes) {
   if (plain_input || s.G != 1 || s.KH != 3 || s.KW != 3 || s.sh != 1 || s.sw != 1 || s.dh != 1 || s.dw != 1) return 0;
-  if (std::min(s.C, s.M) < 64 && s.M >= 64) return 0;
+  if (s.M >= 64 && std::min(s.C, s.M) < (fma_pipes == 1 ? 16 : 64)) return 0;
   return winograd_choose_tile(s, image_pixels);
+}
+
+// Blocked Winograd's products are GEMMs of K = C rows by N = M columns (64-wide B panels): they
+// pay from 64 input channels and 32 outputs (DenseNet's 128 -> 32 convs). Where a core starts one
+// 512-bit FMA per cycle (AMD Zen 4) they also pay from 16 inputs with 64 outputs or more, as the
+// direct kernel is FMA-bound at half the Xeons' rate: SqueezeNet's 16 -> 64 at 55x55, 32 -> 128 at
+// 27x27 and 48 -> 192 at 13x13, 1 thread, 1.03 -> 0.58, 0.99 -> 0.46 and 0.53 -> 0.38 ms
+// (2 threads: 0.53 -> 0.30, 0.52 -> 0.26, 0.32 -> 0.21 ms; the model 3.46 -> 2.85 ms).
+bool blocked_winograd_channels(const Conv2dShape& s, int fma_pipes) {
+  return (s.C >= 64 && s.M >= 32) || (fma_pipes == 1 && s.C >= 16 && s.M >= 64);
 }
 }  // namespace
 
-// Blocked Winograd's products are GEMMs of K = C rows by N = M columns (64-wide B panels): they
-// pay from 64 input channels and 32 outputs (DenseNet's 128 -> 32 convs).
-static bool blocked_winograd_channels(const Conv2dShape& s) { return s.C >= 64 && s.M >= 32; }
-
-int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
-  if (!blocked_winograd_channels(s)) return 0;
+int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes) {
+  if (!blocked_winograd_channels(s, fma_pipes)) return 0;
+  const int t = chain_winograd_tile(s, plain_input, std::max<int64_t>(image_pixels, 400), fma_pipes);
+  if (t == 0) return 0;
+  // BASALT_WINOGRAD=2/4 forces that tile wherever Winograd applies, 0 turns it off (t == 0).
+  const bool forced = winograd_choose_tile(s, 0) != 0;
   if (image_pixels >= 100 && image_pixels < 400) {
     // 10x10 to 19x19 images, where Winograd in NCHW lost to the direct kernels: on blocked tensors
     // F(2x2) wins (ResNet-50's six 256 -> 256 convs at 14x14, 1 thread: 13.76 -> 10.18 ms, on an
-    // Intel Xeon), and F(4x4) more where both channel counts are at least 96 (AMD EPYC Zen 4,
-    // BASALT_WINOGRAD=2 against 4: those ResNet-50 convs 5.41 -> 4.63 ms at 1 thread, 3.01 -> 2.70
-    // at 2; Inception v1's five at 13x13 3.06 -> 2.89 ms), but not with 32 outputs (DenseNet-121's
-    // 128 -> 32 at 14x14: 2.81 -> 3.17 ms). F(4x4) keeps 4x the original weights, F(2x2) 1.8x
-    // (ResNet-50 peak RSS 146 -> 171 MB).
-    // BASALT_WINOGRAD still decides where it is set (0 = off, 2 / 4 = that tile).
-    const int t = chain_winograd_tile(s, plain_input, 400);
-    return t == 0 ? 0 : winograd_choose_tile(s, image_pixels) != 0 ? t : std::min(s.C, s.M) >= 96 ? 4 : 2;
+    // Intel Xeon). Where fma_pipes == 1, F(4x4) wins more when both channel counts are at least 96
+    // (AMD EPYC Zen 4, BASALT_WINOGRAD=2 against 4: those ResNet-50 convs 5.41 -> 4.63 ms at 1
+    // thread, 3.01 -> 2.70 at 2; Inception v1's five at 13x13 3.06 -> 2.89 ms), but not with 32
+    // outputs (DenseNet-121's 128 -> 32 at 14x14: 2.81 -> 3.17 ms). F(4x4) keeps 4x the original
+    // weights, F(2x2) 1.8x (ResNet-50 peak RSS 146 -> 171 MB).
+    if (forced) return t;
+    return fma_pipes == 1 && std::min(s.C, s.M) >= 96 ? 4 : 2;
   }
-  if (image_pixels >= 36 && image_pixels < 100) {
-    // 6x6 to 9x9 images: F(2x2) (2x2 to 5x5 tiles) still does 1.3-2.25x fewer multiplies than the
-    // direct kernel, and with wide products (both channel counts at least 128) that pays on this
-    // generation of CPUs, where the direct kernel is FMA-bound: 1 thread, BASALT_WINOGRAD=2 against
-    // the direct kernel, ResNet-50's three 512 -> 512 at 7x7 4.67 -> 3.22 ms, Inception v1's
-    // 192 -> 384 and 160 -> 320 at 6x6 0.51 -> 0.32 and 0.35 -> 0.23 ms; with few outputs it loses
-    // (DenseNet-121's 128 -> 32 at 7x7: 0.66 -> 0.92 ms). The weights grow 16/9x (ResNet-50: +22 MB).
-    const int t = chain_winograd_tile(s, plain_input, 400);
-    if (t == 0) return 0;
-    if (winograd_choose_tile(s, image_pixels) != 0) return t;  // BASALT_WINOGRAD=2/4 forces a tile
+  if (image_pixels >= 36 && image_pixels < 100 && fma_pipes == 1) {
+    // 6x6 to 9x9 images where fma_pipes == 1: F(2x2) (2x2 to 5x5 tiles) still does 1.3-2.25x fewer
+    // multiplies than the direct kernel, and with wide products (both channel counts at least 128)
+    // that pays: 1 thread, BASALT_WINOGRAD=2 against the direct kernel, ResNet-50's three
+    // 512 -> 512 at 7x7 4.67 -> 3.22 ms, Inception v1's 192 -> 384 and 160 -> 320 at 6x6 0.51 ->
+    // 0.32 and 0.35 -> 0.23 ms; with few outputs it loses (DenseNet-121's 128 -> 32 at 7x7: 0.66 ->
+    // 0.92 ms). The weights grow 16/9x (ResNet-50: +14 MB of peak RSS).
+    if (forced) return t;
     return std::min(s.C, s.M) >= 128 ? 2 : 0;
   }
-  return chain_winograd_tile(s, plain_input, image_pixels);
+  return chain_winograd_tile(s, plain_input, image_pixels, fma_pipes);
 }
 
-bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels) {
-  return !blocked_winograd_channels(s) && chain_winograd_tile(s, plain_input, image_pixels) != 0;
+bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes) {
+  return !blocked_winograd_channels(s, fma_pipes) && chain_winograd_tile(s, plain_input, image_pixels, fma_pipes) != 0;
 }
 
 ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, bool plain_input) {

@@ -240,27 +240,39 @@ TEST(NchwcConv, WinogradRouting) {
     s.sh = s.sw = stride;
     return s;
   };
-  EXPECT_EQ(nc::winograd_tile(shape(64, 64, 3, 1), false, 56 * 56), 4);
-  EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 1), false, 28 * 28), 4);
-  // 10x10 to 19x19: F(4x4) with at least 96 channels each side, else F(2x2)
-  EXPECT_EQ(nc::winograd_tile(shape(256, 256, 3, 1), false, 14 * 14), 4);
-  EXPECT_EQ(nc::winograd_tile(shape(96, 208, 3, 1), false, 13 * 13), 4);
-  EXPECT_EQ(nc::winograd_tile(shape(128, 32, 3, 1), false, 14 * 14), 2);
-  EXPECT_EQ(nc::winograd_tile(shape(64, 64, 3, 1), false, 10 * 10), 2);
-  // 6x6 to 9x9: F(2x2) with at least 128 channels each side, else the direct kernel
-  EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 7 * 7), 2);
-  EXPECT_EQ(nc::winograd_tile(shape(160, 320, 3, 1), false, 6 * 6), 2);
-  EXPECT_EQ(nc::winograd_tile(shape(128, 32, 3, 1), false, 7 * 7), 0);
-  EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 5 * 5), 0);  // below 6x6: direct
-  EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 2), false, 56 * 56), 0);  // stride 2: direct
-  EXPECT_EQ(nc::winograd_tile(shape(64, 64, 1, 1), false, 56 * 56), 0);
-  for (int64_t px : {int64_t(56 * 56), int64_t(14 * 14), int64_t(7 * 7)}) EXPECT_FALSE(nc::nchw_winograd(shape(64, 64, 3, 1), false, px));
-  // fewer than 64 channels: Winograd in NCHW where it wins, else the direct blocked kernel
-  EXPECT_EQ(nc::winograd_tile(shape(32, 16, 3, 1), false, 256 * 256), 0);
-  EXPECT_TRUE(nc::nchw_winograd(shape(32, 16, 3, 1), false, 256 * 256));
-  EXPECT_FALSE(nc::nchw_winograd(shape(16, 64, 3, 1), false, 55 * 55));  // narrow input, many outputs
-  EXPECT_EQ(nc::winograd_tile(shape(16, 64, 3, 1), false, 55 * 55), 0);
-  EXPECT_FALSE(nc::nchw_winograd(shape(32, 16, 3, 1), false, 13 * 13));
+  // p: fma512_pipes, 2 (Intel Xeon: cheap FMAs) and 1 (AMD Zen 4); routing for each
+  for (int p : {1, 2}) {
+    SCOPED_TRACE("fma512_pipes " + std::to_string(p));
+    EXPECT_EQ(nc::winograd_tile(shape(64, 64, 3, 1), false, 56 * 56, p), 4);
+    EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 1), false, 28 * 28, p), 4);
+    EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 2), false, 56 * 56, p), 0);  // stride 2: direct
+    EXPECT_EQ(nc::winograd_tile(shape(64, 64, 1, 1), false, 56 * 56, p), 0);
+    EXPECT_EQ(nc::winograd_tile(shape(128, 128, 3, 1), true, 56 * 56, p), 0);  // plain input: direct
+    for (int64_t px : {int64_t(56 * 56), int64_t(14 * 14), int64_t(7 * 7)})
+      EXPECT_FALSE(nc::nchw_winograd(shape(64, 64, 3, 1), false, px, p));
+    // 10x10 to 19x19: F(2x2), or F(4x4) with at least 96 channels each side where p == 1
+    EXPECT_EQ(nc::winograd_tile(shape(256, 256, 3, 1), false, 14 * 14, p), p == 1 ? 4 : 2);
+    EXPECT_EQ(nc::winograd_tile(shape(96, 208, 3, 1), false, 13 * 13, p), p == 1 ? 4 : 2);
+    EXPECT_EQ(nc::winograd_tile(shape(128, 32, 3, 1), false, 14 * 14, p), 2);
+    EXPECT_EQ(nc::winograd_tile(shape(64, 64, 3, 1), false, 10 * 10, p), 2);
+    // 6x6 to 9x9: F(2x2) with at least 128 channels each side where p == 1, else direct
+    EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 7 * 7, p), p == 1 ? 2 : 0);
+    EXPECT_EQ(nc::winograd_tile(shape(160, 320, 3, 1), false, 6 * 6, p), p == 1 ? 2 : 0);
+    EXPECT_EQ(nc::winograd_tile(shape(128, 32, 3, 1), false, 7 * 7, p), 0);
+    EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 5 * 5, p), 0);  // below 6x6: direct
+    // narrow inputs, many outputs: the direct blocked kernel where p == 2, blocked Winograd where
+    // p == 1 (from 16 inputs); never NCHW Winograd
+    EXPECT_EQ(nc::winograd_tile(shape(16, 64, 3, 1), false, 55 * 55, p), p == 1 ? 4 : 0);
+    EXPECT_EQ(nc::winograd_tile(shape(32, 128, 3, 1), false, 27 * 27, p), p == 1 ? 4 : 0);
+    EXPECT_EQ(nc::winograd_tile(shape(48, 192, 3, 1), false, 13 * 13, p), p == 1 ? 2 : 0);
+    EXPECT_EQ(nc::winograd_tile(shape(8, 64, 3, 1), false, 55 * 55, p), 0);
+    EXPECT_FALSE(nc::nchw_winograd(shape(16, 64, 3, 1), false, 55 * 55, p));
+    EXPECT_FALSE(nc::nchw_winograd(shape(8, 64, 3, 1), false, 55 * 55, p));
+    // fewer than 64 inputs and outputs: Winograd in NCHW where it wins, else the direct blocked kernel
+    EXPECT_EQ(nc::winograd_tile(shape(32, 16, 3, 1), false, 256 * 256, p), 0);
+    EXPECT_TRUE(nc::nchw_winograd(shape(32, 16, 3, 1), false, 256 * 256, p));
+    EXPECT_FALSE(nc::nchw_winograd(shape(32, 16, 3, 1), false, 13 * 13, p));
+  }
 }
 
 TEST(NchwcLayout, RoundTripAndPaddingZeros) {
