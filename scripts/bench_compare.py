@@ -150,7 +150,9 @@ def speed(args, tmp):
                    # basalt's pool saw another process wanting the cores during its best run (it then
                    # stops spinning and keeps workers off the caller's core): a sign that the machine
                    # was not idle while that row was measured
-                   "basalt_busy_detections": b.get("pool_busy_detections", 0)}
+                   "basalt_busy_detections": b.get("pool_busy_detections", 0),
+                   # the kernels basalt picked for this CPU (kernels/cpu.hpp)
+                   "basalt_isa": b.get("isa"), "basalt_fma512_pipes": b.get("fma512_pipes")}
             rows.append(row)
             busy = f"  (pool saw a busy machine {row['basalt_busy_detections']}x)" if row["basalt_busy_detections"] else ""
             log(f"{label:28s} {t}t  basalt {row['basalt_ms']:9.3f} ms  ort {row['ort_ms']:9.3f} ms  "
@@ -161,7 +163,9 @@ def speed(args, tmp):
 
 def print_speed_table(rows):
     threads = sorted({r["threads"] for r in rows})
-    log("\n| model | threads | basalt ms | ORT ms | ORT/basalt | create ms basalt / ORT | peak RSS MB basalt / ORT |")
+    kinds = sorted({(r.get("basalt_isa"), r.get("basalt_fma512_pipes")) for r in rows}, key=str)
+    log("\nbasalt's kernels: " + "; ".join(f"{i}, {p} 512-bit FMA pipe(s) per core" for i, p in kinds))
+    log("| model | threads | basalt ms | ORT ms | ORT/basalt | create ms basalt / ORT | peak RSS MB basalt / ORT |")
     log("|---|---|---|---|---|---|---|")
     for r in rows:
         log(f"| {r['model']} | {r['threads']} | {r['basalt_ms']:.2f} | {r['ort_ms']:.2f} | {r['ratio']:.2f}x | "

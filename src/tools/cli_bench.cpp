@@ -11,6 +11,7 @@
 // C*K / wall time of the concurrent phase, and identical says whether every concurrent result is
 // bitwise equal to the first run's (made alone, before any other run).
 // Inputs are made once (the same options as `basalt run`) and reused by every run.
+#include "kernels/cpu.hpp"
 #include "runtime/model.hpp"
 #include "tools/cli.hpp"
 #include "tools/rss.hpp"
@@ -180,6 +181,9 @@ int cmd_bench(const std::vector<std::string>& args) {
     j["warmup"] = warmup;
     j["iters"] = iters;
     j["concurrency"] = concurrency;
+    // the kernels this CPU runs (kernels/cpu.hpp): results from different machines are told apart
+    j["isa"] = kernels::isa_name(kernels::best_isa());
+    j["fma512_pipes"] = kernels::fma512_pipes();
     auto r3 = [](double v) { return std::round(v * 1000.0) / 1000.0; };
     j["median_ms"] = r3(p50);
     j["p90_ms"] = r3(p90);
@@ -213,8 +217,9 @@ int cmd_bench(const std::vector<std::string>& args) {
     std::printf("%s\n", j.dump().c_str());
   } else {
     std::printf("model: %s\n", model.c_str());
-    std::printf("threads %d, warmup %lld, iters %lld, concurrency %lld\n", session->options().threads, (long long)warmup,
-                (long long)iters, (long long)concurrency);
+    std::printf("threads %d, warmup %lld, iters %lld, concurrency %lld; kernels %s, %d 512-bit FMA pipe(s) per core\n",
+                session->options().threads, (long long)warmup, (long long)iters, (long long)concurrency,
+                kernels::isa_name(kernels::best_isa()), kernels::fma512_pipes());
     std::printf("session create %.2f ms, first run %.2f ms\n", create_ms, first_ms);
     std::printf("run: median %.3f ms, p90 %.3f ms, p99 %.3f ms, min %.3f ms, mean %.3f ms (%zu runs)\n", p50, p90, p99, mn,
                 mean, lat.size());

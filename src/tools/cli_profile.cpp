@@ -4,6 +4,7 @@
 // (a node's time minus the nodes its subgraphs ran), with GFLOP/s for Conv, ConvTranspose, MatMul
 // and Gemm; the largest tensors; and the moment "tensor bytes in use" peaked (the node that had
 // just run and the tensors alive then). Times are means over the K recorded runs.
+#include "kernels/cpu.hpp"
 #include "runtime/model.hpp"
 #include "runtime/profiler.hpp"
 #include "tools/cli.hpp"
@@ -64,6 +65,8 @@ int cmd_profile(const std::vector<std::string>& args) {
   const double K = double(runs.size());
 
   std::printf("model: %s\n", model.c_str());
+  std::printf("kernels: %s, %d 512-bit FMA pipe(s) per core (kernels/cpu.hpp)\n", kernels::isa_name(kernels::best_isa()),
+              kernels::fma512_pipes());
   for (auto& p : prof.phases()) std::printf("%-8s %9.2f ms  (%s)\n", p.name.c_str(), double(p.end_ns - p.start_ns) / 1e6, p.detail.c_str());
   double run_ns = 0, min_ns = 1e300;
   for (auto& r : runs) {

@@ -31,8 +31,8 @@ def check(name, ok, detail=""):
     TALLY.result(ok, name, detail)
 
 
-def basalt(args, timeout=300):
-    return subprocess.run([BASALT] + args, capture_output=True, text=True, timeout=timeout)
+def basalt(args, timeout=300, env=None):
+    return subprocess.run([BASALT] + args, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def conv_model():
@@ -91,6 +91,15 @@ if not missing:
     check("bench: no concurrency fields without --concurrency", "identical" not in j and "throughput_per_s" not in j, j)
     pool = [j.get(k) for k in ("pool_busy_detections", "pool_preempted_spins", "pool_apart_moves")]
     check("bench: thread pool counters are counts", all(isinstance(v, int) and v >= 0 for v in pool), pool)
+    check("bench: names the kernels it ran", j.get("isa") in ("avx512", "avx2", "portable") and
+          j.get("fma512_pipes") in (1, 2), j)
+
+# the kernel choice follows BASALT_ISA and BASALT_FMA512_PIPES (what a benchmark log records)
+r = basalt(["bench", MLP, "--dim", "batch=4", "--iters", "1", "--warmup", "0", "--json"],
+           env=dict(os.environ, BASALT_ISA="portable", BASALT_FMA512_PIPES="2"))
+jj = (json_lines(r.stdout) or [{}])[0]
+check("bench --json under BASALT_ISA=portable, BASALT_FMA512_PIPES=2 says so",
+      jj.get("isa") == "portable" and jj.get("fma512_pipes") == 2, r.stdout + r.stderr)
 
 # --- bench, human summary
 r = basalt(["bench", CONV, "--shape", "x=1x3x32x32", "--iters", "3", "--warmup", "0"])
