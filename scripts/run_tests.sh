@@ -128,6 +128,15 @@ if [ -f "$ROOT/tests/parity/run_parity.py" ]; then
     # shellcheck disable=SC2086
     run_suite parity-avx2 env BASALT_ISA=avx2 "$PY" "$ROOT/tests/parity/run_parity.py" --basalt "$BASALT" ${PARITY_ARGS:-}
   fi
+  # The generated models under both Winograd routings of the AVX-512 kernels (kernels/nchwc.hpp,
+  # winograd_tile: a CPU with one 512-bit FMA per cycle sends more convs to Winograd), whichever
+  # this CPU detects (~10 s each, ORT's outputs cached).
+  if grep -qw avx512f /proc/cpuinfo; then
+    for pipes in 1 2; do
+      run_suite "parity-fma512-pipes-$pipes" env BASALT_FMA512_PIPES=$pipes "$PY" "$ROOT/tests/parity/run_parity.py" \
+        --basalt "$BASALT" --only gen_
+    done
+  fi
 fi
 
 echo

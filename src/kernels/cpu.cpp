@@ -48,7 +48,9 @@ static int detect_fma512_pipes() {
     if (!std::strcmp(vendor, "AuthenticAMD") && __get_cpuid(1, &a, &b, &c, &d)) {
       const unsigned base = (a >> 8) & 0xf, ext = (a >> 20) & 0xff;
       const unsigned family = base == 0xf ? base + ext : base;
-      if (family == 0x19) return 1;  // Zen 3 / Zen 4; only Zen 4 has AVX-512
+      // Zen 3 and Zen 4 are both family 19h; only Zen 4 has AVX-512 (Zen 3's 256-bit FMAs are
+      // two per cycle, as on the Intel parts)
+      if (family == 0x19 && __builtin_cpu_supports("avx512f")) return 1;
     }
   }
 #endif
@@ -59,6 +61,8 @@ int fma512_pipes() {
   static const int v = detect_fma512_pipes();
   return v;
 }
+
+int routing_fma_pipes() { return best_isa() == Isa::Avx512 ? fma512_pipes() : 2; }
 
 const char* isa_name(Isa isa) {
   switch (isa) {

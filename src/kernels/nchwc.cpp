@@ -23,7 +23,7 @@ namespace {
 // ms against blocked Winograd's 0.45), not where they are not (fma_pipes == 1, see below).
 int chain_winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes) {
   if (plain_input || s.G != 1 || s.KH != 3 || s.KW != 3 || s.sh != 1 || s.sw != 1 || s.dh != 1 || s.dw != 1) return 0;
-  if (s.M >= 64 && std::min(s.C, s.M) < (fma_pipes == 1 ? 16 : 64)) return 0;
+  if (fma_pipes != 1 && s.M >= 64 && std::min(s.C, s.M) < 64) return 0;
   return winograd_choose_tile(s, image_pixels);
 }
 
@@ -40,10 +40,11 @@ bool blocked_winograd_channels(const Conv2dShape& s, int fma_pipes) {
 
 int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes) {
   if (!blocked_winograd_channels(s, fma_pipes)) return 0;
+  // t == 0: not a conv Winograd takes at all (or BASALT_WINOGRAD=0)
   const int t = chain_winograd_tile(s, plain_input, std::max<int64_t>(image_pixels, 400), fma_pipes);
   if (t == 0) return 0;
-  // BASALT_WINOGRAD=2/4 forces that tile wherever Winograd applies, 0 turns it off (t == 0).
-  const bool forced = winograd_choose_tile(s, 0) != 0;
+  // BASALT_WINOGRAD=2/4 forces that tile on every conv that reaches here
+  const bool forced = winograd_env_tile() > 0;
   if (image_pixels >= 100 && image_pixels < 400) {
     // 10x10 to 19x19 images, where Winograd in NCHW lost to the direct kernels: on blocked tensors
     // F(2x2) wins (ResNet-50's six 256 -> 256 convs at 14x14, 1 thread: 13.76 -> 10.18 ms, on an
@@ -51,7 +52,7 @@ int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, 
     // (AMD EPYC Zen 4, BASALT_WINOGRAD=2 against 4: those ResNet-50 convs 5.41 -> 4.63 ms at 1
     // thread, 3.01 -> 2.70 at 2; Inception v1's five at 13x13 3.06 -> 2.89 ms), but not with 32
     // outputs (DenseNet-121's 128 -> 32 at 14x14: 2.81 -> 3.17 ms). F(4x4) keeps 4x the original
-    // weights, F(2x2) 1.8x (ResNet-50 peak RSS 146 -> 171 MB).
+    // weights, F(2x2) 1.8x (this rule alone: ResNet-50's peak RSS 146 -> 171 MB).
     if (forced) return t;
     return fma_pipes == 1 && std::min(s.C, s.M) >= 96 ? 4 : 2;
   }
@@ -61,13 +62,15 @@ int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, 
     // that pays: 1 thread, BASALT_WINOGRAD=2 against the direct kernel, ResNet-50's three
     // 512 -> 512 at 7x7 4.67 -> 3.22 ms, Inception v1's 192 -> 384 and 160 -> 320 at 6x6 0.51 ->
     // 0.32 and 0.35 -> 0.23 ms; with few outputs it loses (DenseNet-121's 128 -> 32 at 7x7: 0.66 ->
-    // 0.92 ms). The weights grow 16/9x (ResNet-50: +14 MB of peak RSS).
+    // 0.92 ms). The weights grow 16/9x (this rule alone: ResNet-50's peak RSS 131.5 -> 145.7 MB).
     if (forced) return t;
     return std::min(s.C, s.M) >= 128 ? 2 : 0;
   }
   return chain_winograd_tile(s, plain_input, image_pixels, fma_pipes);
 }
 
+// The same answer for either FMA rate: where fma_pipes == 1 takes more convs into the chain, they
+// are ones blocked_winograd_channels accepts.
 bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes) {
   return !blocked_winograd_channels(s, fma_pipes) && chain_winograd_tile(s, plain_input, image_pixels, fma_pipes) != 0;
 }

@@ -72,14 +72,14 @@ ConvWeights pack_conv(const Conv2dShape& s, const float* w, const float* bias, b
 // 32 -> 16 at 256x256 16.7 -> 24.7 ms, 32 -> 32 at 128x128 3.3 -> 4.8 ms).
 // At 10x10 to 19x19 images, where NCHW Winograd loses to the direct kernels, blocked F(2x2) wins
 // (ResNet-50's 256 -> 256 at 14x14). Where a core starts one 512-bit FMA per cycle (AMD Zen 4,
-// fma512_pipes() == 1) the direct kernels run at half the Xeons' FMA rate and Winograd pays more
+// routing_fma_pipes() == 1) the direct kernels run at half the Xeons' FMA rate and Winograd pays more
 // widely: F(4x4) at 10x10 to 19x19 when both channel counts are at least 96, F(2x2) at 6x6 to 9x9
 // when both are at least 128 (ResNet-50's 512 -> 512 at 7x7), and blocked Winograd from 16 inputs
 // with 64 outputs or more (SqueezeNet); nchwc.cpp has the figures. winograd_tile: the tile of blocked Winograd for `s` (0 = not
 // that); nchw_winograd: true when `s` is better run in NCHW by Winograd, out of the chain.
-// fma_pipes: fma512_pipes() of the CPU (kernels/cpu.hpp), a parameter for tests.
-int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes = fma512_pipes());
-bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes = fma512_pipes());
+// fma_pipes: routing_fma_pipes() of the CPU (kernels/cpu.hpp), a parameter for tests.
+int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes = routing_fma_pipes());
+bool nchw_winograd(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes = routing_fma_pipes());
 
 // Workspace floats conv() needs for sizes `s`: a padded copy of the input when a dense conv pads
 // (0 otherwise).

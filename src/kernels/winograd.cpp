@@ -77,6 +77,11 @@ int slot_count(int threads) { return threads > kMaxSlots ? 1 : std::max(threads,
 
 }  // namespace
 
+int winograd_env_tile() {
+  const int e = env_tile();
+  return e == 0 || e == 2 || e == 4 ? e : -1;
+}
+
 bool winograd_applicable(const Conv2dShape& s) {
   return s.KH == 3 && s.KW == 3 && s.sh == 1 && s.sw == 1 && s.dh == 1 && s.dw == 1 && s.G == 1 &&
          s.C >= kMinChannels && s.M >= kMinChannels;

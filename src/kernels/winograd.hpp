@@ -67,6 +67,8 @@ bool winograd_applicable(const Conv2dShape& s);
 // 2 up to 256*256, else 0. BASALT_WINOGRAD in the environment overrides both:
 // 0 = off, 2 = F(2x2, 3x3), 4 = F(4x4, 3x3) (read once per process).
 int winograd_choose_tile(const Conv2dShape& s, int64_t image_pixels = -1);
+// BASALT_WINOGRAD as read: 0, 2 or 4 when set to one of those, else -1 (the routing decides).
+int winograd_env_tile();
 
 // U[ξ] = G g Gᵀ for every (m, c), packed. `w`: [M, C, 3, 3]. tile: 2 or 4. blocked: for
 // conv2d_winograd on blocked tensors.

@@ -7,7 +7,8 @@
 //       -> basalt::NchwcConv; its input is blocked when the producer's output is, plain NCHW for
 //          an input with few channels (<= 8: the first conv), else a basalt::ReorderToNchwc
 //          in front. 3x3 stride-1 convs that Winograd wins run it on the blocked tensors from 64
-//          input and output channels (kernels::nchwc::winograd_tile); narrower ones stay NCHW
+//          inputs and 32 outputs, and on CPUs with one 512-bit FMA per cycle also from 16 inputs
+//          with 64+ outputs (kernels::nchwc::winograd_tile); narrower ones stay NCHW
 //          (nchw_winograd), where Winograd is faster.
 //   MaxPool / AveragePool (2-D, blocked input, no indices) -> basalt::NchwcMaxPool / NchwcAveragePool
 //   GlobalAveragePool / GlobalMaxPool (blocked input) -> basalt::NchwcGlobalAveragePool / ...MaxPool
@@ -125,7 +126,7 @@ void layout_nchwc(PassContext& ctx) {
       Shape xs;
       const int64_t pixels = st.get(n.inputs[0], xs) && xs.size() == 4 ? xs[2] * xs[3] : -1;
       if (kernels::nchwc::nchw_winograd(s, plain, pixels)) {
-        reject(n, "3x3 conv left to Winograd in NCHW (fewer than 64 channels)");
+        reject(n, "3x3 conv left to Winograd in NCHW (too few channels for blocked Winograd)");
         continue;
       }
       kind[i] = 1;

@@ -203,6 +203,8 @@ r = basalt(["profile", chain, "--iters", "3"])
 out = r.stdout
 check("profile: exits 0", r.returncode == 0, r.stderr.strip())
 check("profile: op table with header", "top ops by self time" in out and "GFLOP/s" in out, out[:400])
+check("profile: names the kernels it ran", any(l.startswith("kernels: ") and "FMA pipe" in l for l in out.splitlines()),
+      out[:400])
 mm_line = [l for l in out.splitlines() if l.strip().startswith("MatMul ")]
 check("profile: MatMul row with count and GFLOP/s",
       len(mm_line) == 1 and mm_line[0].split()[1] == "1" and mm_line[0].split()[-1] != "-", mm_line)

@@ -268,6 +268,29 @@ TEST(NchwcConv, WinogradRouting) {
     EXPECT_EQ(nc::winograd_tile(shape(8, 64, 3, 1), false, 55 * 55, p), 0);
     EXPECT_FALSE(nc::nchw_winograd(shape(16, 64, 3, 1), false, 55 * 55, p));
     EXPECT_FALSE(nc::nchw_winograd(shape(8, 64, 3, 1), false, 55 * 55, p));
+    EXPECT_EQ(nc::winograd_tile(shape(16, 64, 3, 1), false, 14 * 14, p), p == 1 ? 2 : 0);
+    EXPECT_EQ(nc::winograd_tile(shape(32, 64, 3, 1), false, 55 * 55, p), p == 1 ? 4 : 0);
+    EXPECT_FALSE(nc::nchw_winograd(shape(32, 64, 3, 1), false, 55 * 55, p));
+    EXPECT_EQ(nc::winograd_tile(shape(32, 63, 3, 1), false, 55 * 55, p), 0);  // 63 outputs: NCHW Winograd
+    EXPECT_TRUE(nc::nchw_winograd(shape(32, 63, 3, 1), false, 55 * 55, p));
+    // image size not known at load (-1): by channel counts, as winograd_choose_tile
+    EXPECT_EQ(nc::winograd_tile(shape(64, 64, 3, 1), false, -1, p), 4);
+    EXPECT_EQ(nc::winograd_tile(shape(256, 256, 3, 1), false, -1, p), 2);
+    EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, -1, p), 0);
+    EXPECT_EQ(nc::winograd_tile(shape(16, 64, 3, 1), false, -1, p), p == 1 ? 4 : 0);
+    // the image-size edges: 35 | 36, 99 | 100, 399 | 400 pixels
+    EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 35, p), 0);
+    EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 36, p), p == 1 ? 2 : 0);
+    EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 99, p), p == 1 ? 2 : 0);
+    EXPECT_EQ(nc::winograd_tile(shape(512, 512, 3, 1), false, 100, p), p == 1 ? 4 : 2);
+    EXPECT_EQ(nc::winograd_tile(shape(256, 256, 3, 1), false, 399, p), p == 1 ? 4 : 2);
+    EXPECT_EQ(nc::winograd_tile(shape(256, 256, 3, 1), false, 400, p), 4);
+    EXPECT_EQ(nc::winograd_tile(shape(64, 32, 3, 1), false, 400, p), 4);
+    // the channel edges: 95 | 96 at 10x10-19x19, 127 | 128 at 6x6-9x9
+    EXPECT_EQ(nc::winograd_tile(shape(95, 256, 3, 1), false, 14 * 14, p), 2);
+    EXPECT_EQ(nc::winograd_tile(shape(256, 96, 3, 1), false, 14 * 14, p), p == 1 ? 4 : 2);
+    EXPECT_EQ(nc::winograd_tile(shape(127, 512, 3, 1), false, 7 * 7, p), 0);
+    EXPECT_EQ(nc::winograd_tile(shape(512, 128, 3, 1), false, 7 * 7, p), p == 1 ? 2 : 0);
     // fewer than 64 inputs and outputs: Winograd in NCHW where it wins, else the direct blocked kernel
     EXPECT_EQ(nc::winograd_tile(shape(32, 16, 3, 1), false, 256 * 256, p), 0);
     EXPECT_TRUE(nc::nchw_winograd(shape(32, 16, 3, 1), false, 256 * 256, p));
