@@ -614,6 +614,10 @@ PYBIND11_MODULE(basalt, m) {
                      "Bound on the cached plans' arena bytes.")
       .def_readwrite("dynamic_pool_bytes", &basalt::SessionOptions::dynamic_pool_bytes,
                      "Idle bytes kept by the pool of tensors whose size depends on data (0 = keep none).")
+      .def_readwrite("winograd", &basalt::SessionOptions::winograd,
+                     "Winograd convolution for the 3x3 stride-1 convs where it is faster (default). Its "
+                     "transformed weights are 1.8x-4x the originals; False keeps every conv on the direct "
+                     "kernels, for the smallest packed weights at some speed.")
       .def_readwrite("allow_unsupported", &basalt::SessionOptions::allow_unsupported,
                      "Load a model that has ops basalt cannot run (running it raises UnsupportedError).")
       .def_readwrite("enable_profiling", &basalt::SessionOptions::enable_profiling,

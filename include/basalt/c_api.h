@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 /* Version of the API described by this header. Bumped when functions or fields are added. */
-#define BASALT_API_VERSION 3
+#define BASALT_API_VERSION 4
 BASALT_C_EXPORT uint32_t basalt_api_version(void);
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -149,8 +149,13 @@ typedef struct basalt_session_options {
   /* --- API version 3 (appended) --- */
   int64_t dynamic_pool_bytes; /* idle bytes the pool of data-dependent tensors keeps: 0 = default
                                  (64 MiB), BASALT_DYNAMIC_POOL_NONE = keep none, else the bound */
+  /* --- API version 4 (appended) --- */
+  int32_t winograd;           /* 0 = default (Winograd convolution where it is faster),
+                                 BASALT_WINOGRAD_OFF = direct / im2col kernels only, whose packed
+                                 weights are the originals' size (Winograd's are 1.8x-4x) */
 } basalt_session_options;
-#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define BASALT_WINOGRAD_OFF (-1)
 #define BASALT_SPIN_NEVER (-1)
 #define BASALT_OPT_DEFAULT 0
 #define BASALT_OPT_NONE 1

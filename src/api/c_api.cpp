@@ -143,6 +143,11 @@ basalt::SessionOptions read_options(const basalt_session_options* o) {
     if (b == BASALT_DYNAMIC_POOL_NONE) so.dynamic_pool_bytes = 0;
     else if (b > 0) so.dynamic_pool_bytes = uint64_t(b);
   }
+  if (has(offsetof(basalt_session_options, winograd), sizeof(int32_t))) {
+    if (o->winograd != 0 && o->winograd != BASALT_WINOGRAD_OFF)
+      invalid("basalt_session_options.winograd must be 0 (default) or BASALT_WINOGRAD_OFF, got " + std::to_string(o->winograd));
+    so.winograd = o->winograd != BASALT_WINOGRAD_OFF;
+  }
   return so;
 }
 

@@ -39,6 +39,8 @@ struct PrepareContext {
   // input sizes), else null. Lets a kernel pick an algorithm for the sizes it will see; compute()
   // must still handle any shape.
   std::span<const Shape* const> shape = {};
+  // Winograd convolution allowed (SessionOptions::winograd); false: direct / im2col kernels only.
+  bool winograd = true;
 };
 
 class OpKernel {

@@ -535,7 +535,7 @@ class ConvKernel final : public OpKernel {
     // The image size, when the model fixes it, decides (see winograd_choose_tile).
     const Shape* xs = pc.shape.size() > 0 ? pc.shape[0] : nullptr;
     int64_t spatial = xs && xs->size() == 4 ? (*xs)[2] * (*xs)[3] : -1;
-    if (int tile = unit_steps() && w->rank() == 4 ? kernels::winograd_choose_tile(s, spatial) : 0) {
+    if (int tile = pc.winograd && unit_steps() && w->rank() == 4 ? kernels::winograd_choose_tile(s, spatial) : 0) {
       wino_ = kernels::winograd_pack_weights(kernels::gemm_arch_best(), s, w->data<float>(), tile);
       return;
     }
@@ -2614,7 +2614,7 @@ class NchwcConvKernel final : public OpKernel {
     // image size, when the model fixes it, decides (see kernels::nchwc::winograd_tile).
     const Shape* xs = pc.shape.size() > 0 ? pc.shape[0] : nullptr;
     const int64_t pixels = xs && xs->size() == 5 ? (*xs)[2] * (*xs)[3] : -1;
-    if (int tile = kernels::nchwc::winograd_tile(s, plain_, pixels)) {
+    if (int tile = pc.winograd ? kernels::nchwc::winograd_tile(s, plain_, pixels) : 0) {
       wino_ = kernels::winograd_pack_weights(kernels::gemm_arch_best(), s, w->data<float>(), tile, true);
       wino_s_ = s;
       if (has_b) wino_bias_.assign(b->data<float>(), b->data<float>() + s.M);

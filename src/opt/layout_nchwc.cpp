@@ -125,7 +125,7 @@ void layout_nchwc(PassContext& ctx) {
       if (input_blocked && channels[size_t(n.inputs[0])] != s.C) continue;  // malformed: leave to the kernel
       Shape xs;
       const int64_t pixels = st.get(n.inputs[0], xs) && xs.size() == 4 ? xs[2] * xs[3] : -1;
-      if (kernels::nchwc::nchw_winograd(s, plain, pixels)) {
+      if (ctx.opts.winograd && kernels::nchwc::nchw_winograd(s, plain, pixels)) {
         reject(n, "3x3 conv left to Winograd in NCHW (too few channels for blocked Winograd)");
         continue;
       }

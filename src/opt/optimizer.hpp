@@ -35,6 +35,9 @@ const char* opt_level_name(OptLevel l);
 struct OptimizeOptions {
   OptLevel level = OptLevel::All;
   bool standard_ops = false;
+  // Winograd may run convs (SessionOptions::winograd): the layout pass leaves a conv that
+  // Winograd runs best in NCHW out of a blocked chain only then.
+  bool winograd = true;
 };
 
 struct OptimizeReport {

@@ -13,6 +13,8 @@ namespace basalt {
 struct LoadOptions {
   // Keep loading when an op has no kernel (for `basalt inspect`); running such a model fails.
   bool allow_unsupported = false;
+  // Kernels may pick Winograd convolution (SessionOptions::winograd).
+  bool winograd = true;
 };
 
 struct OptimizeReport;  // opt/optimizer.hpp

@@ -104,7 +104,7 @@ static void create_graph_kernels(Graph& g, Model& m, const LoadOptions& opts, in
   std::mutex mu;
   auto prepare_one = [&](PendingPrepare& pp) {
     const Node& n = *pp.node;
-    PrepareContext pc{n, pp.consts, threads, pp.shape_ptr};
+    PrepareContext pc{n, pp.consts, threads, pp.shape_ptr, opts.winograd};
     try {
       n.kernel->prepare(pc);
     } catch (const Error& e) {

@@ -116,6 +116,7 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
     // Kernels do not exist yet: passes rewrite plain graph nodes (src/opt/optimizer.hpp).
     OptimizeOptions oo;
     oo.level = static_cast<OptLevel>(opts.optimization_level);
+    oo.winograd = opts.winograd;
     auto rep = std::make_shared<OptimizeReport>();
     impl->model->optimize_start_ns = prof_now_ns();
     optimize_model(*impl->model, oo, rep.get());
@@ -124,6 +125,7 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
   }
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
+  lo.winograd = opts.winograd;
   create_kernels(*impl->model, lo, impl->opts.threads, impl->pool.get());
   const Graph& g = *impl->model->graph;
   for (size_t i = 0; i < g.inputs.size(); ++i) {

@@ -250,6 +250,8 @@ bool parse_session_option(const std::vector<std::string>& args, size_t& i, Sessi
     opts.memory_limit = uint64_t(parse_int_arg(a, next_value(args, i), 0));
   } else if (a == "--no-arena") {
     opts.memory_plan = false;
+  } else if (a == "--no-winograd") {
+    opts.winograd = false;
   } else if (a == "--opt-level") {
     const std::string& v = next_value(args, i);
     try {

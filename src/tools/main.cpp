@@ -21,7 +21,7 @@ static void usage(std::FILE* f) {
                "commands:\n"
                "  run MODEL [--input NAME=FILE.npy ...] [--shape NAME=1x3x224x224 ...] [--dim SYMBOL=VALUE ...]\n"
                "            [--fill NAME=zeros|const:V|int:LO,HI ...] [--threads N] [--output-dir DIR] [--profile TRACE.json]\n"
-               "            [--memory-limit BYTES] [--no-arena] [--dynamic-pool-bytes BYTES]\n"
+               "            [--memory-limit BYTES] [--no-arena] [--no-winograd] [--dynamic-pool-bytes BYTES]\n"
                "  plan MODEL [--shape NAME=DIMS ...] [--dim SYMBOL=VALUE ...] [--threads N] [--memory-limit BYTES] [--json]\n"
                "  profile MODEL [same input options as run] [--iters K] [--warmup W] [--threads N] [--top N] [--profile TRACE.json]\n"
                "  bench MODEL [same input options as run] [--threads N] [--warmup W] [--iters K] [--concurrency C] [--json]\n"

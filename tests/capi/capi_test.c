@@ -632,6 +632,50 @@ static void test_options_v3_dynamic_pool(void) {
   EXPECT_ERROR(basalt_session_create_from_path(g_test_add, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "dynamic_pool_bytes");
 }
 
+/* API version 4: winograd = BASALT_WINOGRAD_OFF keeps a 3x3 conv on the direct kernels: smaller packed
+ * weights, the same outputs (to fp32 rounding); any other nonzero value is refused. */
+static void test_options_v4_winograd(void) {
+  const char* path = path_in_models("conv3x3.onnx");
+  enum { N = 32 * 32 * 32 };
+  static float x[N], y[2][N];
+  for (int i = 0; i < N; ++i) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+  uint64_t packed[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    basalt_session_options o = BASALT_SESSION_OPTIONS_INIT;
+    o.threads = 1;
+    o.winograd = k == 0 ? 0 : BASALT_WINOGRAD_OFF;
+    basalt_session* s = NULL;
+    OK(basalt_session_create_from_path(path, &o, &s));
+    if (!s) return;
+    basalt_memory_stats st;
+    memset(&st, 0, sizeof st);
+    st.struct_size = sizeof st;
+    OK(basalt_session_memory_stats(s, &st));
+    packed[k] = st.packed_weights_bytes;
+    int64_t shape[4] = {1, 32, 32, 32};
+    basalt_tensor* in = NULL;
+    OK(basalt_tensor_create_view(BASALT_DTYPE_FLOAT, shape, 4, x, sizeof x, &in));
+    basalt_tensor* out = NULL;
+    const char* name = "X";
+    OK(basalt_session_run(s, NULL, &name, (const basalt_tensor* const*)&in, 1, NULL, &out, 1));
+    if (out) memcpy(y[k], basalt_tensor_data(out), sizeof y[k]);
+    basalt_tensor_destroy(out);
+    basalt_tensor_destroy(in);
+    basalt_session_destroy(s);
+  }
+  double num = 0, den = 0;
+  for (int i = 0; i < N; ++i) num += (double)(y[0][i] - y[1][i]) * (y[0][i] - y[1][i]), den += (double)y[1][i] * y[1][i];
+  CHECK(den > 0 && num <= 1e-10 * den);
+  /* BASALT_WINOGRAD=0 in the environment turns Winograd off for both */
+  if (!getenv("BASALT_WINOGRAD")) CHECK(packed[0] > packed[1]);
+  CHECK(packed[1] > 0);
+  basalt_session_options e = BASALT_SESSION_OPTIONS_INIT;
+  e.winograd = 3;
+  basalt_session* s = NULL;
+  EXPECT_ERROR(basalt_session_create_from_path(path, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "winograd");
+  CHECK(s == NULL);
+}
+
 /* IO binding: the output lands in the caller's buffer; a wrong shape is refused naming the output. */
 static void test_run_into(void) {
   basalt_session* s = NULL;
@@ -734,6 +778,7 @@ int main(int argc, char** argv) {
       {"options_threads_memory_limit_allow_unsupported", test_options},
       {"options_v2_and_memory_stats", test_options_v2_and_memory_stats},
       {"options_v3_dynamic_pool", test_options_v3_dynamic_pool},
+      {"options_v4_winograd", test_options_v4_winograd},
       {"run_into_io_binding", test_run_into},
       {"sequences_run_values", test_sequences},
       {"run_symbolic_caller_and_basalt_memory", test_run_symbolic},

@@ -7,6 +7,7 @@ symbolic.onnx: X float [batch,3], Y float [1,3] ->
   B = Identity(weight)   (an output that would view the read-only mapped weight)
 strings.onnx: S string [n] -> T = Identity(S)
 unsupported.onnx: one node of an unknown op
+conv3x3.onnx: X float [1,32,32,32] -> Y = Conv(X, W 32x32x3x3, pads 1): Winograd's shape
 """
 import os
 import sys
@@ -46,3 +47,13 @@ g = helper.make_graph(
     [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2])])
 save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)], ir_version=8),
      os.path.join(out, "unsupported.onnx"))
+
+# conv3x3.onnx: a 3x3 stride-1 conv with 32 channels at 32x32, which Winograd runs by default
+w = numpy_helper.from_array(np.random.default_rng(3).standard_normal((32, 32, 3, 3)).astype(np.float32) * 0.1, "w")
+g = helper.make_graph(
+    [helper.make_node("Conv", ["X", "w"], ["Y"], name="conv", pads=[1, 1, 1, 1])],
+    "conv3x3",
+    [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 32, 32, 32])],
+    [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 32, 32, 32])],
+    [w])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), os.path.join(out, "conv3x3.onnx"))

@@ -94,6 +94,32 @@ if not missing:
     check("bench: names the kernels it ran", j.get("isa") in ("avx512", "avx2", "portable") and
           j.get("fma512_pipes") in (1, 2), j)
 
+# --no-winograd (SessionOptions::winograd = false): a 32-channel 3x3 conv at 32x32, which Winograd
+# runs by default, keeps the direct kernel and its smaller packed weights; run and plan accept it
+def conv32_model():
+    rng = np.random.default_rng(2)
+    w = numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv32",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 32, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    p = os.path.join(tmp, "conv32.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p)
+    return p
+
+
+CONV32 = conv32_model()
+packed = {}
+for opt in ([], ["--no-winograd"]):
+    r = basalt(["bench", CONV32, "--iters", "1", "--warmup", "0", "--json"] + opt)
+    packed[bool(opt)] = (json_lines(r.stdout) or [{}])[0].get("packed_weights_bytes")
+    check(f"bench {' '.join(opt) or '(winograd on)'} exits 0", r.returncode == 0, r.stderr)
+if "BASALT_WINOGRAD" not in os.environ:  # BASALT_WINOGRAD=0 turns it off for both
+    check("bench --no-winograd: smaller packed weights", all(isinstance(v, int) for v in packed.values()) and
+          packed[True] < packed[False], packed)
+for cmd in (["run", CONV32, "--no-winograd"], ["plan", CONV32, "--no-winograd"]):
+    r = basalt(cmd)
+    check(f"{cmd[0]} accepts --no-winograd", r.returncode == 0, r.stderr)
+
 # the kernel choice follows BASALT_ISA and BASALT_FMA512_PIPES (what a benchmark log records)
 for isa, pipes in (("portable", 1), ("portable", 2)):
     r = basalt(["bench", MLP, "--dim", "batch=4", "--iters", "1", "--warmup", "0", "--json"],

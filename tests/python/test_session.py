@@ -59,6 +59,25 @@ def test_symbolic_dims_metadata(tmp_path):
     assert "batch" in repr(ins[0])
 
 
+def test_winograd_off_keeps_weights_small_and_results(tmp_path):
+    # A 3x3 stride-1 conv with 32 channels at 32x32 runs Winograd by default; winograd = False runs
+    # the direct kernel: smaller packed weights, the same outputs to fp32 rounding.
+    rng = np.random.default_rng(5)
+    w = numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32), "w")
+    p = save(tmp_path, [helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])],
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 32, 32])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 32, 32])], [w])
+    x = rng.uniform(-1, 1, size=(1, 32, 32, 32)).astype(np.float32)
+    on, off = basalt.SessionOptions(), basalt.SessionOptions()
+    assert on.winograd is True
+    off.winograd = False
+    s_on, s_off = basalt.InferenceSession(p, on), basalt.InferenceSession(p, off)
+    y_on, y_off = s_on.run(None, {"x": x})[0], s_off.run(None, {"x": x})[0]
+    np.testing.assert_allclose(y_on, y_off, rtol=1e-4, atol=1e-4)
+    if "BASALT_WINOGRAD" not in os.environ:  # BASALT_WINOGRAD=0 turns it off for both
+        assert s_on.memory_stats()["packed_weight_bytes"] > s_off.memory_stats()["packed_weight_bytes"]
+
+
 def test_ppocr_metadata():
     if not DET.exists():
         pytest.skip(f"{DET} not present (make demo fetches it)")
