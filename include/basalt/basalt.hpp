@@ -60,7 +60,7 @@ struct SessionOptions {
   // size: false keeps every conv on the direct / im2col kernels, whose packed weights are the
   // originals' size, for the smallest memory at some speed (ResNet-50 on an AMD Zen 4, 1 thread:
   // peak RSS 170 -> 118 MB, run 66 -> 79 ms). BASALT_WINOGRAD=0 in the environment turns it off
-  // for every session.
+  // for every session; false here also overrides BASALT_WINOGRAD=2/4.
   bool winograd = true;
 };
 

@@ -152,9 +152,11 @@ typedef struct basalt_session_options {
   /* --- API version 4 (appended) --- */
   int32_t winograd;           /* 0 = default (Winograd convolution where it is faster),
                                  BASALT_WINOGRAD_OFF = direct / im2col kernels only, whose packed
-                                 weights are the originals' size (Winograd's are 1.8x-4x) */
+                                 weights are the originals' size (Winograd's are 1.8x-4x); it also
+                                 overrides BASALT_WINOGRAD=2/4 in the environment */
+  int32_t reserved4;          /* must be 0 (the next version's fields start after it) */
 } basalt_session_options;
-#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define BASALT_SESSION_OPTIONS_INIT {sizeof(basalt_session_options), 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 #define BASALT_WINOGRAD_OFF (-1)
 #define BASALT_SPIN_NEVER (-1)
 #define BASALT_OPT_DEFAULT 0

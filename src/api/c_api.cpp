@@ -148,6 +148,9 @@ basalt::SessionOptions read_options(const basalt_session_options* o) {
       invalid("basalt_session_options.winograd must be 0 (default) or BASALT_WINOGRAD_OFF, got " + std::to_string(o->winograd));
     so.winograd = o->winograd != BASALT_WINOGRAD_OFF;
   }
+  if (has(offsetof(basalt_session_options, reserved4), sizeof(int32_t)) && o->reserved4 != 0)
+    fail(BASALT_STATUS_UNSUPPORTED, "basalt_session_options.reserved4 must be 0: this library (API version " +
+                                        std::to_string(BASALT_API_VERSION) + ") does not know what it asks for");
   return so;
 }
 

@@ -177,7 +177,7 @@ void fold_constants(PassContext& ctx) {
     std::vector<Value> outs(n.outputs.size());
     try {
       std::unique_ptr<OpKernel> k = (*f)(n);
-      PrepareContext pc{n, consts, 1};
+      PrepareContext pc{n, consts, 1, {}, ctx.opts.winograd};
       k->prepare(pc);
       RunContext rc;
       KernelContext kc(n, in_ptrs, outs, {}, rc);

@@ -78,6 +78,28 @@ def test_winograd_off_keeps_weights_small_and_results(tmp_path):
         assert s_on.memory_stats()["packed_weight_bytes"] > s_off.memory_stats()["packed_weight_bytes"]
 
 
+def test_winograd_off_in_a_blocked_chain(tmp_path):
+    # Two 64-channel 3x3 convs at 28x28 form a blocked (NCHWc) chain whose convs run Winograd on
+    # the blocked tensors by default; winograd = False keeps them on the direct blocked kernel.
+    rng = np.random.default_rng(6)
+    w1 = numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array((rng.standard_normal((64, 64, 3, 3)) * 0.05).astype(np.float32), "w2")
+    p = save(tmp_path, [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+                        helper.make_node("Relu", ["a"], ["r"]),
+                        helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])],
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 28, 28])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, 28, 28])], [w1, w2])
+    x = rng.uniform(-1, 1, size=(1, 64, 28, 28)).astype(np.float32)
+    off = basalt.SessionOptions()
+    off.winograd = False
+    s_on, s_off = basalt.InferenceSession(p), basalt.InferenceSession(p, off)
+    y_on, y_off = s_on.run(None, {"x": x})[0], s_off.run(None, {"x": x})[0]
+    np.testing.assert_allclose(y_on, y_off, rtol=1e-4, atol=1e-4)
+    if "BASALT_WINOGRAD" not in os.environ and os.environ.get("BASALT_NCHWC") != "0":
+        # F(4x4) keeps 36 / 9 = 4x the direct weights (the blocked pack pads nothing at 64 channels)
+        assert s_on.memory_stats()["packed_weight_bytes"] > 3 * s_off.memory_stats()["packed_weight_bytes"]
+
+
 def test_ppocr_metadata():
     if not DET.exists():
         pytest.skip(f"{DET} not present (make demo fetches it)")
