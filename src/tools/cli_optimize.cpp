@@ -110,6 +110,8 @@ int cmd_optimize(const std::vector<std::string>& args) {
       }
     } else if (a == "--standard-ops") {
       oo.standard_ops = true;
+    } else if (a == "--no-winograd") {
+      oo.winograd = false;  // the graph a session with SessionOptions::winograd = false runs
     } else if (a == "--report") {
       report = true;
     } else if (a == "--json") {
@@ -133,8 +135,8 @@ int cmd_optimize(const std::vector<std::string>& args) {
     }
   }
   if (model_path.empty())
-    throw UsageError("usage: basalt optimize MODEL [--level none|basic|extended|all] [--standard-ops] [-o OUT.onnx] "
-                     "[--report] [--json] [--check [--tol T] [input options]]");
+    throw UsageError("usage: basalt optimize MODEL [--level none|basic|extended|all] [--standard-ops] [--no-winograd] "
+                     "[-o OUT.onnx] [--report] [--json] [--check [--tol T] [input options]]");
   if (out_path.empty() && !check) report = true;
 
   // The phases of session creation, as Session::create runs them.
@@ -149,7 +151,9 @@ int cmd_optimize(const std::vector<std::string>& args) {
   std::string bytes;
   if (!out_path.empty() || check) bytes = save_model_bytes(*m);
   t0 = std::chrono::steady_clock::now();
-  create_kernels(*m, LoadOptions{}, ThreadPool::available_cores());
+  LoadOptions lo;
+  lo.winograd = oo.winograd;
+  create_kernels(*m, lo, ThreadPool::available_cores());
   double prep_ms = ms_since(t0);
   if (!out_path.empty()) write_model_bytes(bytes, out_path);
 
@@ -158,6 +162,7 @@ int cmd_optimize(const std::vector<std::string>& args) {
   if (check) {
     SessionOptions none;
     none.optimization_level = 0;
+    none.winograd = oo.winograd;
     auto ref = Session::open(model_path, none);
     auto opt = Session::from_bytes(bytes.data(), bytes.size(), none);
     auto feeds = make_inputs(*ref, spec);
@@ -173,6 +178,7 @@ int cmd_optimize(const std::vector<std::string>& args) {
     j["model"] = model_path;
     j["level"] = opt_level_name(oo.level);
     j["standard_ops"] = oo.standard_ops;
+    j["winograd"] = oo.winograd;
     j["nodes_before"] = rep.nodes_before;
     j["nodes_after"] = rep.nodes_after;
     j["fusions"] = nlohmann::ordered_json::object();

@@ -29,7 +29,8 @@ static void usage(std::FILE* f) {
                "  perf shapes MODEL --input NAME --sizes HxW,HxW,... [--repeat R] [--threads N] [--plan-cache-entries N]\n"
                "  perf switch --cycles K [--threads N] MODEL[:NAME=DIMS[,NAME=DIMS...]] ...\n"
                "  inspect MODEL\n"
-               "  optimize MODEL [--level none|basic|extended|all] [--standard-ops] [-o OUT.onnx] [--report] [--json]\n"
+               "  optimize MODEL [--level none|basic|extended|all] [--standard-ops] [--no-winograd] [-o OUT.onnx]\n"
+               "            [--report] [--json]\n"
                "            [--check [--tol T] [same input options as run]]\n"
                "  conformance PATH... [--json FILE] [--expected-failures FILE] [--filter SUBSTR]\n"
                "            [--run-expected] [--timeout SEC] [--no-fork] [--verbose]\n");

@@ -171,6 +171,25 @@ def main():
                        f"max rel L2 {worst:.3g}")
             except Exception as e:  # noqa: BLE001 - report, do not crash the suite
                 result(False, f"{name}: ONNX Runtime comparison", str(e)[-400:])
+    # --no-winograd (SessionOptions::winograd = false): UNet-lite's narrow 3x3 convs, which the layout
+    # pass otherwise leaves to Winograd in NCHW (rejections that say so), join the blocked chain,
+    # and the saved graph still matches level none run the same way.
+    unet = os.path.join(models_dir, "generated/unet.onnx")
+    if os.path.exists(unet) and os.environ.get("BASALT_NCHWC") != "0":
+        reps = {}
+        for flag in ([], ["--no-winograd"]):
+            p, rep = optimize(basalt, unet, os.path.join(tmp, "unet_opt.onnx"), ["--shape", "image=1x3x64x64"] + flag)
+            reps[bool(flag)] = rep if rep is not None and p.returncode == 0 else None
+        on, off = reps[False], reps[True]
+        if on is None or off is None:
+            result(False, "unet: optimize --check with and without --no-winograd", "no report")
+        else:
+            left = lambda r: sum("Winograd" in x.get("reason", "") for x in r.get("rejected", []))  # noqa: E731
+            blocked = lambda r: r["fusions"].get("NCHWc layout", 0)  # noqa: E731
+            result(on["winograd"] and not off["winograd"] and off["check"]["passed"] and left(off) == 0 and
+                   (os.environ.get("BASALT_WINOGRAD") == "0" or (left(on) > 0 and blocked(off) > blocked(on))),
+                   "unet: --no-winograd keeps narrow 3x3 convs in the blocked chain, matches level none",
+                   f"left to NCHW Winograd {left(on)} -> {left(off)}, NCHWc ops {blocked(on)} -> {blocked(off)}")
     # The blocked layout on CPUs without AVX-512 (BASALT_ISA=avx2 picks the AVX2 kernels): the pass
     # converts the chains there too, and the outputs still match the unoptimized model.
     if "avx2" in open("/proc/cpuinfo").read().split():
