@@ -40,33 +40,29 @@ bool blocked_winograd_channels(const Conv2dShape& s, int fma_pipes) {
 
 int winograd_tile(const Conv2dShape& s, bool plain_input, int64_t image_pixels, int fma_pipes) {
   if (!blocked_winograd_channels(s, fma_pipes)) return 0;
-  // t == 0: not a conv Winograd takes at all (or BASALT_WINOGRAD=0)
+  // t == 0: not a conv Winograd takes at all (or BASALT_WINOGRAD=0); else the tile at 20x20 and up
   const int t = chain_winograd_tile(s, plain_input, std::max<int64_t>(image_pixels, 400), fma_pipes);
-  if (t == 0) return 0;
-  // BASALT_WINOGRAD=2/4 forces that tile on every conv that reaches here
-  const bool forced = winograd_env_tile() > 0;
-  if (image_pixels >= 100 && image_pixels < 400) {
-    // 10x10 to 19x19 images, where Winograd in NCHW lost to the direct kernels: on blocked tensors
-    // F(2x2) wins (ResNet-50's six 256 -> 256 convs at 14x14, 1 thread: 13.76 -> 10.18 ms, on an
-    // Intel Xeon). Where fma_pipes == 1, F(4x4) wins more when both channel counts are at least 96
-    // (AMD EPYC Zen 4, BASALT_WINOGRAD=2 against 4: those ResNet-50 convs 5.41 -> 4.63 ms at 1
-    // thread, 3.01 -> 2.70 at 2; Inception v1's five at 13x13 3.06 -> 2.89 ms), but not with 32
-    // outputs (DenseNet-121's 128 -> 32 at 14x14: 2.81 -> 3.17 ms). F(4x4) keeps 4x the original
-    // weights, F(2x2) 1.8x (this rule alone: ResNet-50's peak RSS 146 -> 171 MB).
-    if (forced) return t;
-    return fma_pipes == 1 && std::min(s.C, s.M) >= 96 ? 4 : 2;
-  }
-  if (image_pixels >= 36 && image_pixels < 100 && fma_pipes == 1) {
-    // 6x6 to 9x9 images where fma_pipes == 1: F(2x2) (2x2 to 5x5 tiles) still does 1.3-2.25x fewer
-    // multiplies than the direct kernel, and with wide products (both channel counts at least 128)
-    // that pays: 1 thread, BASALT_WINOGRAD=2 against the direct kernel, ResNet-50's three
-    // 512 -> 512 at 7x7 4.67 -> 3.22 ms, Inception v1's 192 -> 384 and 160 -> 320 at 6x6 0.51 ->
-    // 0.32 and 0.35 -> 0.23 ms; with few outputs it loses (DenseNet-121's 128 -> 32 at 7x7: 0.66 ->
-    // 0.92 ms). The weights grow 16/9x (this rule alone: ResNet-50's peak RSS 131.5 -> 145.7 MB).
-    if (forced) return t;
-    return std::min(s.C, s.M) >= 128 ? 2 : 0;
-  }
-  return chain_winograd_tile(s, plain_input, image_pixels, fma_pipes);
+  // BASALT_WINOGRAD=2/4 forces that tile (t is it) on every conv that reaches here
+  if (t == 0 || image_pixels >= 400 || winograd_env_tile() > 0) return t;
+  // image size not known at load: by channel counts (winograd_choose_tile)
+  if (image_pixels < 0) return chain_winograd_tile(s, plain_input, image_pixels, fma_pipes);
+  const int64_t narrow = std::min(s.C, s.M);
+  // 10x10 to 19x19 images, where Winograd in NCHW lost to the direct kernels: on blocked tensors
+  // F(2x2) wins (ResNet-50's six 256 -> 256 convs at 14x14, 1 thread: 13.76 -> 10.18 ms, on an
+  // Intel Xeon). Where fma_pipes == 1, F(4x4) wins more when both channel counts are at least 96
+  // (AMD EPYC Zen 4, BASALT_WINOGRAD=2 against 4: those ResNet-50 convs 5.41 -> 4.63 ms at 1
+  // thread, 3.01 -> 2.70 at 2; Inception v1's five at 13x13 3.06 -> 2.89 ms), but not with 32
+  // outputs (DenseNet-121's 128 -> 32 at 14x14: 2.81 -> 3.17 ms). F(4x4) keeps 4x the original
+  // weights, F(2x2) 1.8x (this rule alone: ResNet-50's peak RSS 146 -> 171 MB).
+  if (image_pixels >= 100) return fma_pipes == 1 && narrow >= 96 ? 4 : 2;
+  // 6x6 to 9x9 images where fma_pipes == 1: F(2x2) (2x2 to 5x5 tiles) still does 1.3-2.25x fewer
+  // multiplies than the direct kernel, and with wide products (both channel counts at least 128)
+  // that pays: 1 thread, BASALT_WINOGRAD=2 against the direct kernel, ResNet-50's three
+  // 512 -> 512 at 7x7 4.67 -> 3.22 ms, Inception v1's 192 -> 384 and 160 -> 320 at 6x6 0.51 ->
+  // 0.32 and 0.35 -> 0.23 ms; with few outputs it loses (DenseNet-121's 128 -> 32 at 7x7: 0.66 ->
+  // 0.92 ms). The weights grow 16/9x (this rule alone: ResNet-50's peak RSS 131.5 -> 145.7 MB).
+  // Smaller images, and 6x6 to 9x9 where FMAs are cheap: the direct kernel.
+  return image_pixels >= 36 && fma_pipes == 1 && narrow >= 128 ? 2 : 0;
 }
 
 // The same answer for either FMA rate: where fma_pipes == 1 takes more convs into the chain, they
