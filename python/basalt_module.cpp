@@ -503,6 +503,7 @@ py::dict memory_stats(const PySession& ps) {
   d["peak_run_bytes"] = st.peak_run_bytes;
   d["memory_limit"] = st.memory_limit;
   d["arena_maps"] = st.arena_maps;
+  d["arena_grows"] = st.arena_grows;
   d["heap_fallbacks"] = st.heap_fallbacks;
   d["unplanned_alias_runs"] = st.unplanned_alias_runs;
   d["last_run_heap_bytes"] = st.last_run_heap_bytes;

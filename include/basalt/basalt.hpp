@@ -78,6 +78,7 @@ struct MemoryStats {
   uint64_t peak_run_bytes = 0;        // largest planned peak (arena + workspaces) of any run
   uint64_t memory_limit = 0;          // 0 = none
   uint64_t arena_maps = 0;            // arenas mapped since the session was created
+  uint64_t arena_grows = 0;           // idle arenas grown in place for a larger plan (pages kept)
   uint64_t heap_fallbacks = 0;        // planned tensors that came from the heap (prediction missed)
   uint64_t unplanned_alias_runs = 0;  // runs that left the arena early (a kernel kept an unplanned view)
   uint64_t last_run_heap_bytes = 0;   // bytes the last run took from the heap via KernelContext

@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 /* Version of the API described by this header. Bumped when functions or fields are added. */
-#define BASALT_API_VERSION 4
+#define BASALT_API_VERSION 5
 BASALT_C_EXPORT uint32_t basalt_api_version(void);
 
 /* ---- status ------------------------------------------------------------------------------- */
@@ -204,6 +204,8 @@ typedef struct basalt_memory_stats {
   uint64_t dynamic_pool_held_bytes; /* idle blocks held now */
   uint64_t dynamic_pool_in_use_bytes; /* blocks tensors hold now */
   uint64_t dynamic_pool_peak_bytes; /* largest idle + in use so far */
+  /* --- API version 5 (appended) --- */
+  uint64_t arena_grows;             /* idle arenas grown in place for a larger plan (pages kept) */
 } basalt_memory_stats;
 /* Fills *stats (whose struct_size the caller sets). Thread-safe. Since API version 2. */
 BASALT_C_EXPORT basalt_status* basalt_session_memory_stats(const basalt_session* session, basalt_memory_stats* stats);

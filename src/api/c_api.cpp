@@ -365,6 +365,7 @@ basalt_status* basalt_session_memory_stats(const basalt_session* session, basalt
     r.dynamic_pool_held_bytes = m.dynamic_pool_held_bytes;
     r.dynamic_pool_in_use_bytes = m.dynamic_pool_in_use_bytes;
     r.dynamic_pool_peak_bytes = m.dynamic_pool_peak_bytes;
+    r.arena_grows = m.arena_grows;
     // A caller built against an older header gets the fields its struct has.
     std::memcpy(stats, &r, struct_size < kV2 ? struct_size : kV2);
     if (struct_size > kV2) std::memset(reinterpret_cast<unsigned char*>(stats) + kV2, 0, struct_size - kV2);

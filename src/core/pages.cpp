@@ -130,6 +130,33 @@ void* map_pages(size_t bytes, bool huge, bool populate) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
+void* grow_pages(void* p, size_t old_bytes, size_t new_bytes, bool huge) {
+  const size_t old_len = page_round(old_bytes), len = page_round(new_bytes);
+  if (!p || len <= old_len) return nullptr;
+  if (huge && len >= kHugePage && huge_pages_wanted()) {
+    // An address range with room for a 2 MB aligned start (reserved, not backed), the block moved
+    // and resized onto it, then the slack on both sides unmapped. Both ends of the move being
+    // 2 MB aligned, huge pages move whole.
+    void* r = mmap(nullptr, len + kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return nullptr;
+    const uintptr_t lo = reinterpret_cast<uintptr_t>(r);
+    const uintptr_t a = (lo + kHugePage - 1) & ~(kHugePage - 1);
+    void* q = mremap(p, old_len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(a));
+    if (q == MAP_FAILED) {
+      munmap(r, len + kHugePage);
+      return nullptr;
+    }
+    if (a > lo) munmap(r, a - lo);
+    const uintptr_t end = lo + len + kHugePage;
+    if (end > a + len) munmap(reinterpret_cast<void*>(a + len), end - (a + len));
+    madvise(q, len, MADV_HUGEPAGE);  // a block that was under 2 MB was not marked
+    return q;
+  }
+  // A block made of parked pages may span several mappings, which mremap refuses: null then.
+  void* q = mremap(p, old_len, len, MREMAP_MAYMOVE);
+  return q == MAP_FAILED ? nullptr : q;
+}
+
 void unmap_pages(void* p, size_t bytes) {
   if (!p) return;
   const size_t len = page_round(bytes);

@@ -24,13 +24,32 @@ constexpr uint64_t kHugePage = kHugePageBytes;
 constexpr uint64_t kHugeArenaMin = 2 * kHugePage;
 }  // namespace
 
-Arena::Arena(uint64_t bytes) {
-  uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
-  size_ = std::max<uint64_t>(page, (bytes + page - 1) / page * page);
-  if (size_ >= kHugeArenaMin && huge_pages_wanted()) size_ = (size_ + kHugePage - 1) / kHugePage * kHugePage;
+namespace {
+// An arena's mapped size for a plan of `bytes`: whole pages, at least one; whole huge pages from
+// kHugeArenaMin up (where huge pages are wanted).
+uint64_t arena_size(uint64_t bytes) {
+  static const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  uint64_t size = std::max<uint64_t>(page, (bytes + page - 1) / page * page);
+  if (size >= kHugeArenaMin && huge_pages_wanted()) size = (size + kHugePage - 1) / kHugePage * kHugePage;
+  return size;
+}
+}  // namespace
+
+Arena::Arena(uint64_t bytes) : size_(arena_size(bytes)) {
   base_ = static_cast<char*>(map_pages(size_, size_ >= kHugeArenaMin));
   if (!base_) BASALT_THROW(MemoryLimit, "cannot map a run arena of " + std::to_string(size_) + " bytes");
   detail::count_allocation();
+}
+
+bool Arena::grow(uint64_t bytes) {
+  const uint64_t size = arena_size(bytes);
+  if (size <= size_) return true;
+  void* p = grow_pages(base_, size_, size, size >= kHugeArenaMin);
+  if (!p) return false;
+  base_ = static_cast<char*>(p);
+  size_ = size;
+  detail::count_allocation();
+  return true;
 }
 
 Arena::~Arena() {
@@ -51,11 +70,25 @@ std::shared_ptr<Arena> ArenaPool::acquire(uint64_t bytes) {
       idle_.erase(idle_.begin() + std::ptrdiff_t(best));
       return a;
     }
-    // Idle arenas too small for this plan are dominated by the one mapped now: unmap them.
-    for (auto it = idle_.begin(); it != idle_.end();) {
-      unmapped((*it)->size());
-      it = idle_.erase(it);
+    // Idle arenas are all too small for this plan: the largest grows, the others are dominated
+    // by it and unmapped.
+    auto largest = std::max_element(idle_.begin(), idle_.end(),
+                                    [](const auto& x, const auto& y) { return x->size() < y->size(); });
+    if (largest != idle_.end()) a = std::move(*largest);
+    for (auto& other : idle_)
+      if (other) unmapped(other->size());
+    idle_.clear();
+  }
+  if (a) {
+    const uint64_t before = a->size();
+    // The arena is this run's alone now (out of idle_): grow it outside the lock.
+    if (a->grow(bytes)) {
+      mapped_ += a->size() - before;
+      ++grows_;
+      return a;
     }
+    unmapped(before);  // the OS refused: a fresh arena instead
+    a.reset();
   }
   try {
     a = std::make_shared<Arena>(bytes);

@@ -447,6 +447,7 @@ MemoryStats Session::memory_stats() const {
   s.plan_cache_bytes = c.bytes;
   s.arena_bytes = impl_->arenas->mapped_bytes();
   s.arena_maps = impl_->arenas->maps();
+  s.arena_grows = impl_->arenas->grows();
   s.last_run_arena_bytes = impl_->last_arena;
   s.peak_run_bytes = impl_->peak_run;
   s.heap_fallbacks = impl_->fallbacks;

@@ -632,6 +632,49 @@ static void test_options_v3_dynamic_pool(void) {
   EXPECT_ERROR(basalt_session_create_from_path(g_test_add, &e, &s), BASALT_STATUS_INVALID_ARGUMENT, "dynamic_pool_bytes");
 }
 
+/* API version 5: arena_grows. Ever larger batches grow the session's one arena in place
+ * (arena_maps stays 1) with correct results; a version-4 caller's smaller basalt_memory_stats
+ * leaves the new field untouched. */
+static void test_memory_stats_v5_arena_grows(void) {
+  basalt_session* s = open_model(path_in_models("chain.onnx"));
+  if (!s) { CHECK(0); return; }
+  static float x[4096 * 256];
+  for (int i = 0; i < 4096 * 256; ++i) x[i] = (float)((i * 7) % 13) - 6.0f;
+  const int64_t batches[3] = {1, 64, 4096}; /* the last one's arena is 4 MB: huge pages */
+  for (int k = 0; k < 3; ++k) {
+    int64_t shape[2] = {batches[k], 256};
+    basalt_tensor* in = NULL;
+    OK(basalt_tensor_create_view(BASALT_DTYPE_FLOAT, shape, 2, x, (size_t)batches[k] * 256 * sizeof(float), &in));
+    const char* name = "X";
+    basalt_tensor* out = NULL;
+    OK(basalt_session_run(s, NULL, &name, (const basalt_tensor* const*)&in, 1, NULL, &out, 1));
+    if (out) {
+      const float* z = basalt_tensor_data(out);
+      int bad = 0;
+      for (int64_t i = 0; i < batches[k] * 256; ++i) bad += z[i] != (x[i] > 0 ? 2 * x[i] : 0.0f);
+      CHECK(bad == 0);
+    }
+    basalt_tensor_destroy(out);
+    basalt_tensor_destroy(in);
+    basalt_memory_stats st;
+    memset(&st, 0xFF, sizeof st);
+    st.struct_size = sizeof st;
+    OK(basalt_session_memory_stats(s, &st));
+    CHECK(st.arena_maps == 1);
+    CHECK(st.arena_grows == (uint64_t)k);
+    CHECK(st.arena_bytes >= st.last_run_arena_bytes && st.last_run_arena_bytes >= (uint64_t)batches[k] * 256 * 4);
+  }
+  basalt_memory_stats v4;
+  memset(&v4, 0xAB, sizeof v4);
+  v4.struct_size = offsetof(basalt_memory_stats, arena_grows);
+  OK(basalt_session_memory_stats(s, &v4));
+  const unsigned char* tail = (const unsigned char*)&v4 + offsetof(basalt_memory_stats, arena_grows);
+  int untouched = 1;
+  for (size_t i = 0; i < sizeof v4 - offsetof(basalt_memory_stats, arena_grows); ++i) untouched &= tail[i] == 0xAB;
+  CHECK(untouched && v4.arena_maps == 1);
+  basalt_session_destroy(s);
+}
+
 /* API version 4: winograd = BASALT_WINOGRAD_OFF keeps a 3x3 conv on the direct kernels: smaller packed
  * weights, the same outputs (to fp32 rounding); any other nonzero value is refused. */
 static void test_options_v4_winograd(void) {
@@ -786,6 +829,7 @@ int main(int argc, char** argv) {
       {"options_v2_and_memory_stats", test_options_v2_and_memory_stats},
       {"options_v3_dynamic_pool", test_options_v3_dynamic_pool},
       {"options_v4_winograd", test_options_v4_winograd},
+      {"memory_stats_v5_arena_grows", test_memory_stats_v5_arena_grows},
       {"run_into_io_binding", test_run_into},
       {"sequences_run_values", test_sequences},
       {"run_symbolic_caller_and_basalt_memory", test_run_symbolic},

@@ -8,6 +8,7 @@ symbolic.onnx: X float [batch,3], Y float [1,3] ->
 strings.onnx: S string [n] -> T = Identity(S)
 unsupported.onnx: one node of an unknown op
 conv3x3.onnx: X float [1,32,32,32] -> Y = Conv(X, W 32x32x3x3, pads 1): Winograd's shape
+chain.onnx: X float [batch,256] -> R = Relu(X) -> Z = R + R  (R lives in the run arena)
 """
 import os
 import sys
@@ -57,3 +58,11 @@ g = helper.make_graph(
     [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 32, 32, 32])],
     [w])
 save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), os.path.join(out, "conv3x3.onnx"))
+
+# chain.onnx: an intermediate (R) whose size follows the batch: it lives in the run's arena.
+g = helper.make_graph(
+    [helper.make_node("Relu", ["X"], ["R"], name="relu"), helper.make_node("Add", ["R", "R"], ["Z"], name="twice")],
+    "chain",
+    [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 256])],
+    [helper.make_tensor_value_info("Z", TensorProto.FLOAT, ["batch", 256])])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), os.path.join(out, "chain.onnx"))

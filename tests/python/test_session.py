@@ -100,6 +100,23 @@ def test_winograd_off_in_a_blocked_chain(tmp_path):
         assert s_on.memory_stats()["packed_weight_bytes"] > 3 * s_off.memory_stats()["packed_weight_bytes"]
 
 
+def test_larger_batches_grow_one_arena(tmp_path):
+    # R = Relu(x) lives in the run arena; ever larger batches grow that one arena in place.
+    p = save(tmp_path, [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "r"], ["z"])],
+             [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 256])],
+             [helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 256])])
+    s = basalt.InferenceSession(str(p))
+    rng = np.random.default_rng(2)
+    for k, n in enumerate((2, 100, 5000, 30)):
+        x = rng.standard_normal((n, 256)).astype(np.float32)
+        (z,) = s.run(None, {"x": x})
+        np.testing.assert_array_equal(z, 2 * np.maximum(x, 0))
+        st = s.memory_stats()
+        assert st["arena_maps"] == 1
+        assert st["arena_grows"] == min(k, 2)  # the last, smaller batch fits
+        assert st["arena_bytes"] >= n * 256 * 4
+
+
 def test_ppocr_metadata():
     if not DET.exists():
         pytest.skip(f"{DET} not present (make demo fetches it)")

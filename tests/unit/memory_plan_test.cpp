@@ -238,6 +238,33 @@ TEST(MemoryPlan, RepeatedRunsAllocateNothingNew) {
   EXPECT_EQ(s->memory_stats().arena_maps, 1u);
 }
 
+// A larger input size grows the session's idle arena in place (its pages kept) instead of mapping
+// a new one: ever larger sizes, from a few KB into the huge-page range, map one arena and grow it,
+// with results equal to a session without arenas; arena_bytes follows the largest plan.
+TEST(MemoryPlan, LargerSizesGrowTheArena) {
+  SessionOptions heap;
+  heap.memory_plan = false;
+  auto s = open(conv_model()), h = open(conv_model(), heap);
+  uint64_t grows = 0, largest = 0;
+  for (int64_t side : {8, 24, 64, 160, 320, 96}) {
+    Tensor x = image(1, side, side + 3);
+    auto y = s->run({{"x", Value(x)}}), yh = h->run({{"x", Value(x)}});
+    EXPECT_TRUE(same(y[0].tensor, yh[0].tensor)) << side;
+    MemoryStats m = s->memory_stats();
+    EXPECT_EQ(m.arena_maps, 1u) << side;
+    if (m.last_run_arena_bytes > largest) {
+      largest = m.last_run_arena_bytes;
+      if (side != 8) ++grows;
+    }
+    EXPECT_EQ(m.arena_grows, grows) << side;
+    EXPECT_GE(m.arena_bytes, largest) << side;
+    EXPECT_LT(m.arena_bytes, largest + (uint64_t(4) << 20)) << side;  // one arena, rounded to a huge page
+  }
+  EXPECT_GE(grows, 3u);
+  EXPECT_GT(largest, uint64_t(4) << 20);  // the last growths were in the huge-page range
+  EXPECT_EQ(s->memory_stats().heap_fallbacks, 0u);
+}
+
 TEST(MemoryPlan, PlanCacheBoundAndCounters) {
   SessionOptions o;
   o.plan_cache_entries = 3;

@@ -116,3 +116,54 @@ TEST(Pages, RecycledBlocksAreZeroFilled) {
   basalt::free_pages(f, 4 * MB);
   EXPECT_EQ(basalt::recycle_stats().parked_bytes, 0u);
 }
+
+// grow_pages keeps the block's contents (its pages move with it), zero-fills what it adds, and
+// places a huge block on a 2 MB boundary: small -> small, small -> huge, huge -> huge, and a
+// size that is not a whole number of pages. A block whose pages came from several parked blocks
+// (several mappings) either grows the same way or is refused and left as it was.
+TEST(Pages, GrowKeepsContentsAndZeroFillsTheRest) {
+  const size_t MB = size_t(1) << 20;
+  const std::pair<size_t, size_t> steps[] = {{256 << 10, MB + 5}, {MB, 5 * MB}, {4 * MB, 11 * MB + 3}, {6 * MB, 6 * MB + 1}};
+  for (bool huge : {false, true})
+    for (auto [from, to] : steps) {
+      auto* p = static_cast<unsigned char*>(basalt::map_pages(from, huge));
+      ASSERT_NE(p, nullptr);
+      for (size_t i = 0; i < from; ++i) p[i] = static_cast<unsigned char>(i * 7 + 1);
+      auto* q = static_cast<unsigned char*>(basalt::grow_pages(p, from, to, huge));
+      ASSERT_NE(q, nullptr) << from << " -> " << to << (huge ? " huge" : "");
+      if (huge && to >= 2 * MB && basalt::huge_pages_wanted())
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % (2 * MB), 0u) << from << " -> " << to;
+      size_t bad = 0;
+      for (size_t i = 0; i < from; ++i) bad += q[i] != static_cast<unsigned char>(i * 7 + 1);
+      EXPECT_EQ(bad, 0u) << from << " -> " << to;
+      for (size_t i = from; i < to; ++i) bad += q[i] != 0;
+      EXPECT_EQ(bad, 0u) << "added bytes not zero, " << from << " -> " << to;
+      std::memset(q, 0xee, to);  // writable to the end
+      basalt::unmap_pages(q, to);
+    }
+  // Not larger, or no block: refused.
+  auto* p = basalt::map_pages(MB, false);
+  EXPECT_EQ(basalt::grow_pages(p, MB, MB, false), nullptr);
+  EXPECT_EQ(basalt::grow_pages(nullptr, 0, MB, false), nullptr);
+  basalt::unmap_pages(p, MB);
+  {
+    basalt::RecycleScope scope;
+    auto* a = basalt::alloc_pages(MB);
+    auto* b = basalt::alloc_pages(MB);
+    basalt::free_pages(a, MB);
+    basalt::free_pages(b, MB);
+    auto* c = static_cast<unsigned char*>(basalt::map_pages(2 * MB, false));  // two parked blocks
+    ASSERT_NE(c, nullptr);
+    std::memset(c, 0x5a, 2 * MB);
+    auto* d = static_cast<unsigned char*>(basalt::grow_pages(c, 2 * MB, 3 * MB, false));
+    if (d) {
+      EXPECT_EQ(d[0], 0x5a);
+      EXPECT_EQ(d[2 * MB - 1], 0x5a);
+      EXPECT_EQ(d[3 * MB - 1], 0);
+      basalt::unmap_pages(d, 3 * MB);
+    } else {
+      EXPECT_EQ(c[2 * MB - 1], 0x5a);  // refused: the old block is untouched
+      basalt::unmap_pages(c, 2 * MB);
+    }
+  }
+}
