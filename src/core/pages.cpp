@@ -1,6 +1,7 @@
 #include "core/pages.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,11 @@ namespace basalt {
 
 namespace {
 constexpr uintptr_t kHugePage = kHugePageBytes;
+#ifdef MADV_POPULATE_WRITE
+constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+constexpr int kPopulateWrite = 23;  // Linux 5.14 (older headers lack the name)
+#endif
 
 size_t page_round(size_t bytes) {
   static const size_t page = size_t(sysconf(_SC_PAGESIZE));
@@ -100,13 +106,23 @@ RecycleStats recycle_stats() {
   return RecycleStats{r.parked_bytes, r.reused_bytes};
 }
 
+namespace {
+// -1: not decided yet (BASALT_HUGE_PAGES is read on first use); else 0 / 1.
+std::atomic<int> g_huge{-1};
+}  // namespace
+
 bool huge_pages_wanted() {
-  static const bool on = [] {
+  int v = g_huge.load(std::memory_order_relaxed);
+  if (v < 0) {
     const char* e = std::getenv("BASALT_HUGE_PAGES");
-    return !(e && std::string(e) == "0");
-  }();
-  return on;
+    int want = e && std::string(e) == "1" ? 1 : 0;
+    g_huge.compare_exchange_strong(v, want);  // a concurrent set_huge_pages_wanted wins
+    v = g_huge.load(std::memory_order_relaxed);
+  }
+  return v == 1;
 }
+
+void set_huge_pages_wanted(bool on) { g_huge.store(on ? 1 : 0, std::memory_order_relaxed); }
 
 void* map_pages(size_t bytes, bool huge, bool populate) {
   const size_t len = page_round(bytes);
@@ -130,7 +146,7 @@ void* map_pages(size_t bytes, bool huge, bool populate) {
   return p == MAP_FAILED ? nullptr : p;
 }
 
-void* grow_pages(void* p, size_t old_bytes, size_t new_bytes, bool huge) {
+void* grow_pages(void* p, size_t old_bytes, size_t new_bytes, bool huge, bool populate) {
   const size_t old_len = page_round(old_bytes), len = page_round(new_bytes);
   if (!p || len <= old_len) return nullptr;
   if (huge && len >= kHugePage && huge_pages_wanted()) {
@@ -154,7 +170,11 @@ void* grow_pages(void* p, size_t old_bytes, size_t new_bytes, bool huge) {
   }
   // A block made of parked pages may span several mappings, which mremap refuses: null then.
   void* q = mremap(p, old_len, len, MREMAP_MAYMOVE);
-  return q == MAP_FAILED ? nullptr : q;
+  if (q == MAP_FAILED) return nullptr;
+  // The added pages faulted in by one call (MADV_POPULATE_WRITE, Linux 5.14); where the kernel
+  // lacks it they fault in on first write as usual.
+  if (populate) madvise(static_cast<char*>(q) + old_len, len - old_len, kPopulateWrite);
+  return q;
 }
 
 void unmap_pages(void* p, size_t bytes) {

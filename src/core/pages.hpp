@@ -3,15 +3,21 @@
 // - A block is an anonymous mapping: the kernel hands it out zero-filled (no memset), pages that
 //   are never written never become resident, and freeing it returns it to the OS at once (a freed
 //   malloc block of that size may stay in the heap).
-// - Blocks of 2 MB and up can ask for huge pages: the block starts on a 2 MB boundary and is
-//   marked MADV_HUGEPAGE, so where the kernel has transparent huge pages each whole 2 MB of it is
-//   one page (one fault per 2 MB instead of 512, one TLB entry per 2 MB); the tail past the last
-//   whole 2 MB stays in 4 KB pages, so resident memory is never rounded up. Run arenas of 4 MB
-//   and up ask (activations read with large strides: PaddleOCR det 95 -> 78-87 ms). Tensors and
-//   packed weights do not (kHugePackedWeights): measured on this machine (a VM whose host takes
-//   back freed memory), fresh huge pages cost erratic system time: ResNet-50 session creation
-//   142-370 ms with them against a steady ~178 ms without, BERT-base 242-864 against ~375,
-//   for a 1-3% faster ResNet-50 run. BASALT_HUGE_PAGES=0 turns huge pages off everywhere.
+// - Blocks of 2 MB and up can ask for huge pages, where huge pages are wanted (off by default;
+//   BASALT_HUGE_PAGES=1 or set_huge_pages_wanted(true) turns them on): the block starts on a 2 MB
+//   boundary and is marked MADV_HUGEPAGE, so where the kernel has transparent huge pages each
+//   whole 2 MB of it is one page (one fault per 2 MB instead of 512, one TLB entry per 2 MB); the
+//   tail past the last whole 2 MB stays in 4 KB pages, so resident memory is never rounded up.
+//   Run arenas of 4 MB and up ask. Why off by default, measured on this machine (a VM whose host
+//   takes back freed memory): touching 64 MB of fresh memory costs 0.33-0.41 ms per MB in 4 KB
+//   pages, every time, and 0.09-2.3 ms per MB in huge pages, depending on whether the host still
+//   backs the guest's free huge blocks. A larger input shape's arena is fresh memory, so with huge
+//   pages PaddleOCR det's first run at a new, larger size cost 1.2-3.9x a repeat (4 KB pages:
+//   1.07-1.4x), while the repeats themselves were as fast either way (det 640x640 48.6 vs 49.8 ms
+//   at 1 thread, 24.8 vs 24.9 at 2; ResNet-50, UNet, DenseNet equal within noise). On the Intel
+//   Xeons of an earlier session huge arenas made det 95 -> 78-87 ms: there BASALT_HUGE_PAGES=1
+//   may pay. Tensors and packed weights never ask (kHugePackedWeights): ResNet-50 session
+//   creation took 142-370 ms with them against a steady ~178 ms without.
 #pragma once
 
 #include <cstddef>
@@ -42,12 +48,16 @@ void* map_pages(size_t bytes, bool huge, bool populate = false);
 void unmap_pages(void* p, size_t bytes);
 // Resizes a block from map_pages(old_bytes, huge) to new_bytes > old_bytes, keeping its pages: they
 // move with the block (mremap: page tables are moved, nothing is copied or faulted in again) and
-// keep their contents; the pages added at the end are zero-filled and fresh. The block may move
+// keep their contents; the pages added at the end are zero-filled and fresh (populated at once,
+// as map_pages does, when `populate`; ignored for huge pages). The block may move
 // (to a 2 MB aligned address when huge, as map_pages places it). Null when the OS refuses: the
 // old block is then unchanged and still the caller's. Cheaper than a fresh block of new_bytes on
 // a machine where a fault is expensive (a VM): only the added pages fault in.
-void* grow_pages(void* p, size_t old_bytes, size_t new_bytes, bool huge);
-bool huge_pages_wanted();  // BASALT_HUGE_PAGES is not "0"
+void* grow_pages(void* p, size_t old_bytes, size_t new_bytes, bool huge, bool populate = false);
+// Whether blocks that ask for huge pages get them: BASALT_HUGE_PAGES=1 (default: no), unless
+// set_huge_pages_wanted() said otherwise. Process-wide; blocks mapped before a change keep theirs.
+bool huge_pages_wanted();
+void set_huge_pages_wanted(bool on);
 
 // Page recycling while a session's kernels are created. Packing a layer's weights allocates its
 // packed copy and then frees the original (an aligned copy of a misaligned weight, or one the

@@ -16,10 +16,11 @@
 namespace basalt {
 
 namespace {
-// Arenas of at least this size are whole huge pages (core/pages.hpp maps them 2 MB aligned and
-// marked MADV_HUGEPAGE): kernels read activations with large strides (im2col, packing a conv's
-// input rows, pooling windows), and with 4 KB pages nearly every row is a TLB miss.
-// BASALT_HUGE_PAGES=0 turns it off.
+// Arenas of at least this size are whole huge pages where huge pages are wanted (core/pages.hpp:
+// off by default, BASALT_HUGE_PAGES=1): kernels read activations with large strides (im2col,
+// packing a conv's input rows, pooling windows), and with 4 KB pages more rows are TLB misses.
+// Otherwise an arena's pages are populated when it is mapped or grown (one system call, not a
+// fault per page: a run writes the whole arena anyway).
 constexpr uint64_t kHugePage = kHugePageBytes;
 constexpr uint64_t kHugeArenaMin = 2 * kHugePage;
 }  // namespace
@@ -36,7 +37,8 @@ uint64_t arena_size(uint64_t bytes) {
 }  // namespace
 
 Arena::Arena(uint64_t bytes) : size_(arena_size(bytes)) {
-  base_ = static_cast<char*>(map_pages(size_, size_ >= kHugeArenaMin));
+  const bool huge = size_ >= kHugeArenaMin && huge_pages_wanted();
+  base_ = static_cast<char*>(map_pages(size_, huge, /*populate=*/!huge));
   if (!base_) BASALT_THROW(MemoryLimit, "cannot map a run arena of " + std::to_string(size_) + " bytes");
   detail::count_allocation();
 }
@@ -44,7 +46,8 @@ Arena::Arena(uint64_t bytes) : size_(arena_size(bytes)) {
 bool Arena::grow(uint64_t bytes) {
   const uint64_t size = arena_size(bytes);
   if (size <= size_) return true;
-  void* p = grow_pages(base_, size_, size, size >= kHugeArenaMin);
+  const bool huge = size >= kHugeArenaMin && huge_pages_wanted();
+  void* p = grow_pages(base_, size_, size, huge, /*populate=*/!huge);
   if (!p) return false;
   base_ = static_cast<char*>(p);
   size_ = size;

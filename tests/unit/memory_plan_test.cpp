@@ -6,6 +6,7 @@
 
 #include "pb_writer.hpp"
 
+#include "core/pages.hpp"
 #include "runtime/model.hpp"
 #include "runtime/planner.hpp"
 
@@ -240,8 +241,13 @@ TEST(MemoryPlan, RepeatedRunsAllocateNothingNew) {
 
 // A larger input size grows the session's idle arena in place (its pages kept) instead of mapping
 // a new one: ever larger sizes, from a few KB into the huge-page range, map one arena and grow it,
-// with results equal to a session without arenas; arena_bytes follows the largest plan.
+// with results equal to a session without arenas; arena_bytes follows the largest plan. With huge
+// pages off (the default: populated 4 KB pages) and on (BASALT_HUGE_PAGES=1).
 TEST(MemoryPlan, LargerSizesGrowTheArena) {
+  const bool was = basalt::huge_pages_wanted();
+  for (bool huge : {false, true}) {
+  SCOPED_TRACE(huge ? "huge pages" : "4 KB pages");
+  basalt::set_huge_pages_wanted(huge);
   SessionOptions heap;
   heap.memory_plan = false;
   auto s = open(conv_model()), h = open(conv_model(), heap);
@@ -263,6 +269,8 @@ TEST(MemoryPlan, LargerSizesGrowTheArena) {
   EXPECT_GE(grows, 3u);
   EXPECT_GT(largest, uint64_t(4) << 20);  // the last growths were in the huge-page range
   EXPECT_EQ(s->memory_stats().heap_fallbacks, 0u);
+  }
+  basalt::set_huge_pages_wanted(was);
 }
 
 TEST(MemoryPlan, PlanCacheBoundAndCounters) {

@@ -8,9 +8,17 @@
 
 using basalt::PageBuffer;
 
+// Turns huge pages on for one test (they are off by default) and back to what they were.
+struct HugePagesOn {
+  bool was = basalt::huge_pages_wanted();
+  HugePagesOn() { basalt::set_huge_pages_wanted(true); }
+  ~HugePagesOn() { basalt::set_huge_pages_wanted(was); }
+};
+
 // Every size comes back zero-filled, writable to its last byte, at least 64-byte aligned; blocks
-// of 2 MB and more that ask for huge pages start on a 2 MB boundary (when they are wanted).
+// of 2 MB and more that ask for huge pages start on a 2 MB boundary (huge pages turned on).
 TEST(Pages, BlocksAreZeroAlignedAndWritable) {
+  HugePagesOn on;
   for (size_t bytes : {size_t(1), size_t(100), basalt::kMapThresholdBytes - 1, basalt::kMapThresholdBytes,
                        size_t(2) << 20, (size_t(3) << 20) + 5, size_t(9) << 20}) {
     auto* p = static_cast<unsigned char*>(basalt::alloc_pages(bytes));
@@ -25,7 +33,7 @@ TEST(Pages, BlocksAreZeroAlignedAndWritable) {
     for (bool huge : {false, true}) {
       auto* q = static_cast<unsigned char*>(basalt::map_pages(bytes, huge));
       ASSERT_NE(q, nullptr) << bytes;
-      if (huge && bytes >= (size_t(2) << 20) && basalt::huge_pages_wanted())
+      if (huge && bytes >= (size_t(2) << 20))
         EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % (uintptr_t(2) << 20), 0u) << bytes;
       ASSERT_EQ(q[0], 0);
       ASSERT_EQ(q[bytes - 1], 0);
@@ -118,20 +126,22 @@ TEST(Pages, RecycledBlocksAreZeroFilled) {
 }
 
 // grow_pages keeps the block's contents (its pages move with it), zero-fills what it adds, and
-// places a huge block on a 2 MB boundary: small -> small, small -> huge, huge -> huge, and a
+// places a huge block on a 2 MB boundary (populated at once or not): small -> small, small -> huge, huge -> huge, and a
 // size that is not a whole number of pages. A block whose pages came from several parked blocks
 // (several mappings) either grows the same way or is refused and left as it was.
 TEST(Pages, GrowKeepsContentsAndZeroFillsTheRest) {
+  HugePagesOn on;
   const size_t MB = size_t(1) << 20;
   const std::pair<size_t, size_t> steps[] = {{256 << 10, MB + 5}, {MB, 5 * MB}, {4 * MB, 11 * MB + 3}, {6 * MB, 6 * MB + 1}};
   for (bool huge : {false, true})
+    for (bool populate : {false, true})
     for (auto [from, to] : steps) {
-      auto* p = static_cast<unsigned char*>(basalt::map_pages(from, huge));
+      auto* p = static_cast<unsigned char*>(basalt::map_pages(from, huge, populate));
       ASSERT_NE(p, nullptr);
       for (size_t i = 0; i < from; ++i) p[i] = static_cast<unsigned char>(i * 7 + 1);
-      auto* q = static_cast<unsigned char*>(basalt::grow_pages(p, from, to, huge));
+      auto* q = static_cast<unsigned char*>(basalt::grow_pages(p, from, to, huge, populate));
       ASSERT_NE(q, nullptr) << from << " -> " << to << (huge ? " huge" : "");
-      if (huge && to >= 2 * MB && basalt::huge_pages_wanted())
+      if (huge && to >= 2 * MB)
         EXPECT_EQ(reinterpret_cast<uintptr_t>(q) % (2 * MB), 0u) << from << " -> " << to;
       size_t bad = 0;
       for (size_t i = 0; i < from; ++i) bad += q[i] != static_cast<unsigned char>(i * 7 + 1);
