@@ -100,6 +100,46 @@ def test_winograd_off_in_a_blocked_chain(tmp_path):
         assert s_on.memory_stats()["packed_weight_bytes"] > 3 * s_off.memory_stats()["packed_weight_bytes"]
 
 
+def test_pool_outputs_are_not_copied(tmp_path):
+    # A Loop's stacked output comes from the session's dynamic pool; Python gets that block as the
+    # array's memory (no copy, no fresh pages per run), and a dropped array gives it back.
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Identity", ["x_in"], ["x_out"]),
+         helper.make_node("Identity", ["x_in"], ["scan"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_in", TensorProto.FLOAT, [4096])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [4096]),
+         helper.make_tensor_value_info("scan", TensorProto.FLOAT, [4096])])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    p = save(tmp_path, [helper.make_node("Loop", ["M", "cond", "x"], ["x_final", "stacked"], body=body),
+                        helper.make_node("Neg", ["stacked"], ["y"])],
+             [helper.make_tensor_value_info("M", TensorProto.INT64, []),
+              helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])],
+             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4096])], inits=[cond])
+    s = basalt.InferenceSession(p)
+    x = np.linspace(-1, 1, 4096, dtype=np.float32)
+    m = np.array(8, np.int64)
+    addrs = set()
+    for _ in range(3):
+        (y,) = s.run(["y"], {"M": m, "x": x})
+        np.testing.assert_array_equal(y, -np.stack([x] * 8))
+        addrs.add(y.ctypes.data)
+        del y
+    assert len(addrs) == 1  # the same block each time: handed out, given back
+    a = s.run(["y"], {"M": m, "x": x})[0]
+    b = s.run(["y"], {"M": m, "x": x})[0]
+    assert not np.shares_memory(a, b)  # a held array keeps its block
+    assert s.memory_stats()["dynamic_pool_in_use_bytes"] >= 2 * a.nbytes  # not copies: the pool's blocks
+    b[...] = 0
+    np.testing.assert_array_equal(a, -np.stack([x] * 8))
+    del a, b
+    assert s.memory_stats()["dynamic_pool_in_use_bytes"] == 0
+
+
 def test_larger_batches_grow_one_arena(tmp_path):
     # R = Relu(x) lives in the run arena; ever larger batches grow that one arena in place.
     p = save(tmp_path, [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "r"], ["z"])],
@@ -584,6 +624,10 @@ def test_loop_scan_output_comes_from_the_pool(tmp_path):
     want = -np.stack([x * 2 ** (k + 1) for k in range(6)])
     (y,) = s.run(["y"], {"M": m, "x": x})
     np.testing.assert_allclose(y, want, rtol=1e-6)
+    # The output array is the pool's block itself (no copy): while y holds it, a run needs another.
+    held = s.run(["y"], {"M": m, "x": x})[0]
+    assert s.memory_stats()["dynamic_pool_misses"] > 0 and not np.shares_memory(held, y)
+    del y, held
     first = s.memory_stats()
     for _ in range(4):
         np.testing.assert_allclose(s.run(["y"], {"M": m, "x": x})[0], want, rtol=1e-6)
