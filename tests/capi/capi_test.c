@@ -675,6 +675,41 @@ static void test_memory_stats_v5_arena_grows(void) {
   basalt_session_destroy(s);
 }
 
+/* An output the session made in its dynamic pool (NonZero's, whose size depends on the data) is
+ * handed out without a copy: while the caller holds it, the pool counts its block in use; destroying
+ * it gives the block back. Holding one output while running again gives a second, separate block. */
+static void test_pool_outputs_not_copied(void) {
+  basalt_session* s = open_model(path_in_models("nonzero.onnx"));
+  if (!s) { CHECK(0); return; }
+  enum { N = 20000 };
+  static float x[N];
+  for (int i = 0; i < N; ++i) x[i] = (i % 3 == 0) ? 0.0f : 1.0f;
+  int64_t n = N;
+  basalt_tensor* in = NULL;
+  OK(basalt_tensor_create_view(BASALT_DTYPE_FLOAT, &n, 1, x, sizeof x, &in));
+  const char* name = "X";
+  basalt_tensor* out[2] = {NULL, NULL};
+  basalt_memory_stats st = {.struct_size = sizeof st};
+  for (int k = 0; k < 2; ++k) {
+    OK(basalt_session_run(s, NULL, &name, (const basalt_tensor* const*)&in, 1, NULL, &out[k], 1));
+    if (!out[k]) { CHECK(0); break; }
+    const int64_t* y = basalt_tensor_data(out[k]);
+    int64_t want = 0, bad = 0, count = basalt_tensor_element_count(out[k]);
+    for (int i = 0; i < N; ++i)
+      if (x[i] != 0.0f) bad += want >= count || y[want++] != i;
+    CHECK(bad == 0 && count == want);
+    OK(basalt_session_memory_stats(s, &st));
+    CHECK(st.dynamic_pool_in_use_bytes >= (uint64_t)(k + 1) * basalt_tensor_byte_size(out[k]));
+  }
+  if (out[0] && out[1]) CHECK(basalt_tensor_data(out[0]) != basalt_tensor_data(out[1]));
+  basalt_tensor_destroy(out[0]);
+  basalt_tensor_destroy(out[1]);
+  OK(basalt_session_memory_stats(s, &st));
+  CHECK(st.dynamic_pool_in_use_bytes == 0 && st.dynamic_pool_held_bytes > 0);
+  basalt_tensor_destroy(in);
+  basalt_session_destroy(s);
+}
+
 /* API version 4: winograd = BASALT_WINOGRAD_OFF keeps a 3x3 conv on the direct kernels: smaller packed
  * weights, the same outputs (to fp32 rounding); any other nonzero value is refused. */
 static void test_options_v4_winograd(void) {
@@ -830,6 +865,7 @@ int main(int argc, char** argv) {
       {"options_v3_dynamic_pool", test_options_v3_dynamic_pool},
       {"options_v4_winograd", test_options_v4_winograd},
       {"memory_stats_v5_arena_grows", test_memory_stats_v5_arena_grows},
+      {"pool_outputs_not_copied", test_pool_outputs_not_copied},
       {"run_into_io_binding", test_run_into},
       {"sequences_run_values", test_sequences},
       {"run_symbolic_caller_and_basalt_memory", test_run_symbolic},

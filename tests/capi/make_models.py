@@ -9,6 +9,7 @@ strings.onnx: S string [n] -> T = Identity(S)
 unsupported.onnx: one node of an unknown op
 conv3x3.onnx: X float [1,32,32,32] -> Y = Conv(X, W 32x32x3x3, pads 1): Winograd's shape
 chain.onnx: X float [batch,256] -> R = Relu(X) -> Z = R + R  (R lives in the run arena)
+nonzero.onnx: X float [n] -> Y = NonZero(X) int64 [1, ?]  (a data-dependent output: dynamic pool)
 """
 import os
 import sys
@@ -66,3 +67,11 @@ g = helper.make_graph(
     [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 256])],
     [helper.make_tensor_value_info("Z", TensorProto.FLOAT, ["batch", 256])])
 save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), os.path.join(out, "chain.onnx"))
+
+# nonzero.onnx: an output whose size depends on the data, so it comes from the dynamic pool.
+g = helper.make_graph(
+    [helper.make_node("NonZero", ["X"], ["Y"], name="nz")],
+    "nonzero",
+    [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["n"])],
+    [helper.make_tensor_value_info("Y", TensorProto.INT64, [1, "k"])])
+save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), os.path.join(out, "nonzero.onnx"))
