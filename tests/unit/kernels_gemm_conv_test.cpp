@@ -9,6 +9,7 @@
 #include "kernels/conv.hpp"
 #include "ops/common.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/winograd.hpp"
 #include "runtime/thread_pool.hpp"
 
 #include <basalt/error.hpp>
@@ -20,6 +21,8 @@
 #include <ctime>
 #include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 using namespace basalt;
 using namespace basalt::test;
@@ -441,14 +444,206 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
   }
 }
 
+namespace {
+
+// conv2d on shape `s` with fresh random data, every ISA, every pool, weights packed at load and
+// per call, against conv2d_reference. The reference applies act without its post affine; the
+// test applies v * post_mul + post_add itself, and the error scale sum |w*x| is multiplied by
+// max(1, |post_mul|) (the factor the affine puts on the conv's rounding error). Returns the
+// number of runs compared.
+int check_conv(const k::Conv2dShape& s, std::mt19937& rng, const k::Activation& act, bool with_bias, bool with_resid,
+               const std::vector<std::unique_ptr<ThreadPool>>& ps, const std::string& what) {
+  auto x = rnd(s.N * s.C * s.H * s.W, rng), w = rnd(s.M * s.Cg() * s.KH * s.KW, rng), b = rnd(s.M, rng);
+  const int64_t ysz = s.N * s.M * s.OH * s.OW;
+  auto res = rnd(ysz, rng);
+  const float* bias = with_bias ? b.data() : nullptr;
+  const float* resid = with_resid ? res.data() : nullptr;
+  k::Activation base = act;
+  base.post = false;
+  base.post_mul = 1.f;
+  base.post_add = -0.f;
+  std::vector<float> want(static_cast<size_t>(ysz)), absum(static_cast<size_t>(ysz));
+  k::conv2d_reference(s, x.data(), w.data(), bias, resid, base, want.data());
+  {
+    std::vector<float> xa(x.size()), wa(w.size());
+    for (size_t i = 0; i < x.size(); ++i) xa[i] = std::fabs(x[i]);
+    for (size_t i = 0; i < w.size(); ++i) wa[i] = std::fabs(w[i]);
+    k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
+  }
+  if (act.post) {
+    const float scale = std::max(1.f, std::fabs(act.post_mul));
+    for (size_t i = 0; i < want.size(); ++i) {
+      want[i] = want[i] * act.post_mul + act.post_add;
+      absum[i] *= scale;
+    }
+  }
+  int runs = 0;
+  for (k::Isa isa : isas()) {
+    const k::GemmArch& g = k::gemm_arch(isa);
+    k::PackedConvWeights pw = k::pack_conv_weights(g, s, w.data());
+    for (auto& pool : ps)
+      for (int packed = 0; packed < 2; ++packed) {
+        const int threads = pool ? pool->threads() : 1;
+        std::vector<float> ws(static_cast<size_t>(k::conv2d_workspace_floats(g, s, packed, threads)) + 16);
+        std::vector<float> got(static_cast<size_t>(ysz), std::nanf(""));
+        k::conv2d(g, s, x.data(), w.data(), packed ? &pw : nullptr, bias, resid, act, got.data(), pool.get(), ws.data());
+        expect_close(got, want, absum,
+                     what + " " + k::isa_name(isa) + " threads=" + std::to_string(threads) + " packed=" + std::to_string(packed));
+        if (::testing::Test::HasFatalFailure()) return runs;
+        ++runs;
+      }
+  }
+  return runs;
+}
+
+std::string conv_desc(const k::Conv2dShape& s) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "N%lld C%lld %lldx%lld M%lld G%lld k%lldx%lld s%lld,%lld d%lld,%lld p%lld,%lld -> %lldx%lld",
+                (long long)s.N, (long long)s.C, (long long)s.H, (long long)s.W, (long long)s.M, (long long)s.G,
+                (long long)s.KH, (long long)s.KW, (long long)s.sh, (long long)s.sw, (long long)s.dh, (long long)s.dw,
+                (long long)s.pt, (long long)s.pl, (long long)s.OH, (long long)s.OW);
+  return buf;
+}
+
+// A random conv shape of kind `kind` (0 dense, 1 grouped, 2 depthwise with channel multiplier
+// 1-2, 3 1x1): N 1-2, channels 1-40 (2-24 depthwise) (dense convs often with C >= 16 and off the vector width),
+// kernels 1, 2, 3, 5, 7 (not square), strides 1-3, dilations 1-2, pads on each side from 0 to
+// the dilated kernel's reach, images from 1 pixel up with now and then a wide row (vector tails),
+// at least one output pixel, and at most ~3M multiply-adds (the reference runs in double).
+k::Conv2dShape random_conv_shape(int kind, std::mt19937& rng) {
+  auto uni = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint32_t(hi - lo + 1)); };
+  const int64_t ks[] = {1, 2, 3, 5, 7};
+  for (;;) {
+    ConvCase c{};
+    c.N = uni(1, 2);
+    switch (kind) {
+      case 0:
+        c.G = 1;
+        c.C = rng() % 2 ? uni(16, 40) : uni(1, 15);
+        c.M = uni(1, 40);
+        break;
+      case 1: {
+        c.G = uni(2, 4);
+        c.C = c.G * uni(2, 8);
+        c.M = c.G * uni(1, 10);
+        break;
+      }
+      case 2:
+        c.C = uni(2, 24);  // (one channel would be a plain conv: depthwise needs G > 1)
+        c.G = c.C;
+        c.M = c.C * uni(1, 2);
+        break;
+      default:
+        c.G = rng() % 4 == 0 ? 2 : 1;
+        c.C = c.G * uni(1, 40);
+        c.M = c.G * uni(1, 40);
+        break;
+    }
+    if (kind == 3) {
+      c.KH = c.KW = 1;
+      c.sh = c.sw = rng() % 3 == 0 ? uni(2, 3) : 1;
+      c.dh = c.dw = 1;
+    } else {
+      c.KH = ks[rng() % 5];
+      c.KW = rng() % 2 ? c.KH : ks[rng() % 5];
+      c.sh = uni(1, 3);
+      c.sw = rng() % 2 ? c.sh : uni(1, 3);
+      c.dh = uni(1, 2);
+      c.dw = uni(1, 2);
+    }
+    c.H = uni(1, 24);
+    c.W = rng() % 5 == 0 ? uni(30, 80) : uni(1, 24);
+    const int64_t rh = (c.KH - 1) * c.dh, rw = (c.KW - 1) * c.dw;
+    if (kind == 3 && rng() % 2) {
+      c.pt = c.pl = c.pb = c.pr = 0;  // pointwise (no im2col) unless strided
+    } else {
+      c.pt = uni(0, rh), c.pb = uni(0, rh), c.pl = uni(0, rw), c.pr = uni(0, rw);
+    }
+    if (c.H + c.pt + c.pb - rh < 1 || c.W + c.pl + c.pr - rw < 1) continue;
+    const k::Conv2dShape s = conv_shape(c);
+    if (s.N * s.M * s.OH * s.OW * s.Kg() > 3000000) continue;
+    return s;
+  }
+}
+
+}  // namespace
+
+// Random shapes (fixed seed), a quarter each dense, grouped, depthwise and 1x1: every ISA,
+// 1, 2 and 3 threads, packed and per-call weights, random bias / residual / activation, a third
+// with a post affine.
+TEST(KernelsConv, EveryIsaMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(4242);
+  auto acts = activations();
+  auto ps = pools();
+  int runs = 0;
+  const int n_cases = 60;
+  for (int i = 0; i < n_cases; ++i) {
+    const k::Conv2dShape s = random_conv_shape(i % 4, rng);
+    if (i % 4 == 2) {
+      ASSERT_TRUE(s.is_depthwise()) << conv_desc(s);
+    }
+    k::Activation act = acts[rng() % acts.size()];
+    if (rng() % 3 == 0) {
+      std::uniform_real_distribution<float> d(-1.5f, 1.5f);
+      act.post = true;
+      act.post_mul = d(rng);
+      act.post_add = d(rng);
+    }
+    const bool bias = rng() % 2, resid = rng() % 3 == 0;
+    runs += check_conv(s, rng, act, bias, resid, ps, "random case " + std::to_string(i) + " " + conv_desc(s));
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(runs, n_cases * int(isas().size()) * int(ps.size()) * 2);
+}
+
+// Depthwise convs big enough that conv2d_depthwise's parallel_for (grain 32768 / (OH*OW*KH*KW)
+// planes, src/kernels/conv.cpp) makes several chunks, so at 2 and 3 threads planes really go to
+// different threads (the small cases above run as one chunk at any thread count): 3x3, 5x5 and
+// 7x7, channel multiplier 2, strides, dilation, N = 2, plane counts that leave a partial chunk,
+// with bias, residual, activations and a post affine.
+TEST(KernelsConv, DepthwiseSplitsAcrossThreads) {
+  const std::vector<ConvCase> cases = {
+      {1, 96, 16, 16, 96, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   // 96 planes, grain 14
+      {2, 48, 12, 19, 48, 48, 5, 5, 1, 1, 1, 1, 2, 2, 2, 2},   // N = 2: 96 planes, grain 5
+      {1, 40, 31, 29, 80, 40, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},   // multiplier 2, stride 2: 80 planes, grain 15
+      {1, 64, 20, 37, 64, 64, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2},   // dilation 2: 64 planes, grain 4
+      {2, 33, 9, 45, 33, 33, 3, 5, 1, 2, 1, 1, 1, 2, 1, 2},    // 3x5, stride (1, 2): 66 planes, grain 10
+      {1, 50, 14, 14, 50, 50, 7, 7, 1, 1, 1, 1, 3, 3, 3, 3},   // 7x7: 50 planes, grain 3
+      {1, 72, 18, 18, 72, 72, 3, 3, 1, 1, 1, 1, 0, 1, 2, 0},   // asymmetric pads: 72 planes, grain 10
+  };
+  std::mt19937 rng(99);
+  auto acts = activations();
+  auto ps = pools();
+  int runs = 0, idx = 0;
+  for (const ConvCase& c : cases) {
+    const k::Conv2dShape s = conv_shape(c);
+    ASSERT_TRUE(s.is_depthwise());
+    // the kernel's chunking: at least 3 chunks, so 2 and 3 threads each get planes
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, s.OH * s.OW * s.KH * s.KW));
+    EXPECT_GE(s.N * s.M, 3 * grain) << "case " << idx;
+    k::Activation act = acts[size_t(idx + 1) % acts.size()];
+    if (idx % 2) {
+      act.post = true;
+      act.post_mul = idx % 4 == 1 ? -0.75f : 1.25f;
+      act.post_add = 0.5f;
+    }
+    runs += check_conv(s, rng, act, idx % 3 != 2, idx % 2 == 0, ps, "depthwise case " + std::to_string(idx) + " " + conv_desc(s));
+    if (HasFatalFailure()) return;
+    ++idx;
+  }
+  EXPECT_EQ(runs, int(cases.size()) * int(isas().size()) * int(ps.size()) * 2);
+}
+
 // ---------------------------------------------------------------- ops
 
 namespace {
 
 // Runs a node like run_op, but first calls prepare() with the inputs flagged constant (so the
 // weight-packing paths run) and gives it a pool of `threads` threads.
+// packed_bytes: when given, receives the kernel's packed_bytes() after prepare.
 Tensor run_prepared(const std::string& op, int opset, std::vector<Value> inputs, std::vector<Attribute> attrs,
-                    std::vector<bool> constant, int threads, const std::string& domain = "") {
+                    std::vector<bool> constant, int threads, const std::string& domain = "",
+                    size_t* packed_bytes = nullptr) {
   Node n;
   n.name = "t";
   n.op_type = op;
@@ -465,6 +660,7 @@ Tensor run_prepared(const std::string& op, int opset, std::vector<Value> inputs,
     if (constant[i] && !inputs[i].is_none()) consts[i] = &inputs[i].tensor;
   PrepareContext pc{n, consts, threads};
   n.kernel->prepare(pc);
+  if (packed_bytes) *packed_bytes = n.kernel->packed_bytes();
   std::vector<const Value*> ins;
   for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
   std::vector<Value> outs(1);
@@ -624,7 +820,7 @@ TEST(KernelsOps, FusedConvMatchesConvPlusActivation) {
                              {8, 6, 10, 9, 5, 2, 2, 2},  {16, 16, 9, 21, 3, 16, 1, 1}, {5, 5, 7, 18, 5, 5, 1, 2}};
   int i = 0;
   for (auto& c : cases)
-    for (int threads : {1, 3}) {
+    for (int threads : {1, 2, 3}) {
       Tensor x = rand_tensor({2, c.C, c.H, c.W}, rng), w = rand_tensor({c.M, c.C / c.G, c.K, c.K}, rng), b = rand_tensor({c.M}, rng);
       std::vector<Attribute> at = {attr("group", c.G), attr("strides", Ints{c.s, c.s}), attr("pads", Ints{c.p, c.p, c.p, c.p})};
       Tensor conv = run_op("Conv", 11, {x, w, b}, at)[0].tensor;
@@ -661,6 +857,91 @@ TEST(KernelsOps, FusedConvMatchesConvPlusActivation) {
                Error);
   // residual of the wrong shape
   EXPECT_THROW(run_op("FusedConv", 1, {x, w, Value(), rand_tensor({1, 3, 2, 2}, rng)}, {}, 1, "basalt"), Error);
+}
+
+// FusedConv shapes that route to Winograd (3x3, stride 1, no dilation, one group, C and M >= 16;
+// the image size is not given at prepare, so winograd_choose_tile picks by channel counts:
+// F(4x4) up to C*M = 128*192, F(2x2) above): the kernel keeps exactly the transformed weights
+// (asserted through packed_bytes), and every activation, with and without a post affine and a
+// residual, matches act(conv + B + Z) * mul + add from the reference conv, at 1, 2 and 3 threads.
+TEST(KernelsOps, FusedConvWinogradMatchesReference) {
+  std::mt19937 rng(23);
+  const char* names[] = {"", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sigmoid", "LeakyRelu", "Tanh"};
+  auto acts = activations();
+  struct Case {
+    int64_t N, C, M, H, W, pt, pl, pb, pr;
+  };
+  const std::vector<Case> cases = {
+      {2, 16, 16, 9, 10, 1, 1, 1, 1},     // the smallest channel counts Winograd takes
+      {1, 24, 19, 13, 11, 1, 1, 1, 1},    // M off the vector width, partial tiles
+      {2, 17, 33, 20, 20, 0, 0, 0, 0},    // no padding
+      {1, 40, 24, 7, 30, 1, 0, 2, 1},     // asymmetric padding, wide rows
+      {1, 128, 200, 10, 9, 1, 1, 1, 1},   // C*M past 128*192: F(2x2)
+  };
+  int i = 0;
+  for (const Case& c : cases) {
+    k::Conv2dShape s;
+    s.N = c.N, s.C = c.C, s.M = c.M, s.H = c.H, s.W = c.W, s.KH = s.KW = 3, s.pt = c.pt, s.pl = c.pl;
+    s.OH = c.H + c.pt + c.pb - 2;
+    s.OW = c.W + c.pl + c.pr - 2;
+    ASSERT_TRUE(k::winograd_applicable(s));
+    const int tile = k::winograd_choose_tile(s);
+    // BASALT_WINOGRAD=0 in the environment turns Winograd off (then the im2col weights are kept)
+    if (k::winograd_env_tile() != 0) {
+      EXPECT_NE(tile, 0) << "C " << c.C << " M " << c.M;
+    }
+    Tensor x = rand_tensor({c.N, c.C, c.H, c.W}, rng), w = rand_tensor({c.M, c.C, 3, 3}, rng), b = rand_tensor({c.M}, rng);
+    Tensor z = rand_tensor({c.N, c.M, s.OH, s.OW}, rng);
+    const std::vector<Attribute> at = {attr("pads", Ints{c.pt, c.pl, c.pb, c.pr})};
+    const k::GemmArch& g = k::gemm_arch_best();
+    const size_t im2col_bytes = k::pack_conv_weights(g, s, w.data<float>()).bytes();
+    const size_t want_bytes = tile ? k::winograd_pack_weights(g, s, w.data<float>(), tile).bytes() : im2col_bytes;
+    // (the two differ, so packed_bytes tells which kernel prepare chose)
+    if (tile) {
+      EXPECT_NE(want_bytes, im2col_bytes);
+    }
+    const int64_t ysz = s.N * s.M * s.OH * s.OW;
+    std::vector<float> conv(static_cast<size_t>(ysz)), absum(static_cast<size_t>(ysz));
+    k::conv2d_reference(s, x.data<float>(), w.data<float>(), b.data<float>(), nullptr, k::Activation{}, conv.data());
+    {
+      std::vector<float> xa(x.data<float>(), x.data<float>() + x.numel()), wa(w.data<float>(), w.data<float>() + w.numel());
+      for (float& v : xa) v = std::fabs(v);
+      for (float& v : wa) v = std::fabs(v);
+      k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
+    }
+    for (int threads : {1, 2, 3})
+      for (int post = 0; post < 2; ++post)
+        for (int with_z = 0; with_z < 2; ++with_z) {
+          const size_t ai = size_t(i++) % acts.size();
+          std::vector<float> params;
+          if (ai == 2) params = {-0.5f, 0.75f};
+          if (ai == 6) params = {0.1f};
+          auto fat = at;
+          fat.push_back(attr("activation", names[ai]));
+          fat.push_back(attr("activation_params", Floats(params)));
+          const float pm = i % 2 ? 1.25f : -0.75f, pa = i % 3 ? -0.5f : 0.f;
+          if (post) fat.push_back(attr("post_affine", Floats{pm, pa}));
+          std::vector<Value> ins = {x, w, b};
+          if (with_z) ins.push_back(z);
+          size_t packed = 0;
+          Tensor y = run_prepared("FusedConv", 1, ins, fat, {false, true, true}, threads, "basalt", &packed);
+          const std::string what = std::string("FusedConv ") + names[ai] + (post ? " post_affine" : "") +
+                                   (with_z ? " residual" : "") + " C" + std::to_string(c.C) + " M" + std::to_string(c.M) +
+                                   " " + std::to_string(c.H) + "x" + std::to_string(c.W) + " threads=" + std::to_string(threads);
+          EXPECT_EQ(packed, want_bytes) << what << ": not the weights of the routed kernel (tile " << tile << ")";
+          ASSERT_EQ(y.shape(), (Shape{c.N, c.M, s.OH, s.OW})) << what;
+          std::vector<float> want(conv.size()), scale(absum);
+          for (size_t e = 0; e < want.size(); ++e) {
+            want[e] = k::apply_activation(acts[ai], conv[e] + (with_z ? z.data<float>()[e] : 0.f));
+            if (post) {
+              want[e] = want[e] * pm + pa;
+              scale[e] *= std::max(1.f, std::fabs(pm));
+            }
+          }
+          expect_close(std::vector<float>(y.data<float>(), y.data<float>() + y.numel()), want, scale, what);
+          if (HasFatalFailure()) return;
+        }
+  }
 }
 
 // Not a test: timings of the GEMM and convolution shapes of ../shared/KERNELS.md (1 thread, this

@@ -252,7 +252,7 @@ TEST(MemoryPlan, LargerSizesGrowTheArena) {
   heap.memory_plan = false;
   auto s = open(conv_model()), h = open(conv_model(), heap);
   uint64_t grows = 0, largest = 0;
-  for (int64_t side : {8, 24, 64, 160, 320, 96}) {
+  for (int64_t side : {8, 24, 64, 160, 320, 512, 96}) {
     Tensor x = image(1, side, side + 3);
     auto y = s->run({{"x", Value(x)}}), yh = h->run({{"x", Value(x)}});
     EXPECT_TRUE(same(y[0].tensor, yh[0].tensor)) << side;

@@ -86,6 +86,122 @@ void reference_with_absum(const k::Conv2dShape& s, const std::vector<float>& x, 
   k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
 }
 
+// NCHW [N, C, HW] -> blocked [N, CB, HW, 16] (padding channels 0).
+std::vector<float> to_blocked(const std::vector<float>& v, int64_t N, int64_t C, int64_t HW) {
+  const int64_t CB = (C + 15) / 16;
+  std::vector<float> b(static_cast<size_t>(N * CB * HW * 16), 0.f);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t p = 0; p < HW; ++p) b[size_t(((n * CB + c / 16) * HW + p) * 16 + c % 16)] = v[size_t((n * C + c) * HW + p)];
+  return b;
+}
+
+// Runs conv2d_winograd on shape `s` (NCHW or blocked) for both tiles, every ISA and every pool,
+// on fresh random data, and compares each output with the reference conv. The reference applies
+// act without its post affine; the test applies v * post_mul + post_add itself, and the error
+// bound (relative to sum |w*x|) scales by max(1, |post_mul|), the factor the affine puts on the
+// conv's rounding error. Blocked outputs must have 0 in the padding lanes (post_add included).
+// Returns the number of runs compared.
+int check_winograd(const k::Conv2dShape& s, std::mt19937& rng, const k::Activation& act, bool with_bias,
+                   bool with_resid, bool blocked, const std::vector<std::unique_ptr<ThreadPool>>& pools,
+                   const std::string& what) {
+  auto x = rnd(s.N * s.C * s.H * s.W, rng), w = rnd(s.M * s.C * 9, rng), b = rnd(s.M, rng);
+  const int64_t OHW = s.OH * s.OW, ysz = s.N * s.M * OHW, OB = (s.M + 15) / 16;
+  auto res = rnd(ysz, rng);
+  const float* bias = with_bias ? b.data() : nullptr;
+  const float* resid = with_resid ? res.data() : nullptr;
+  k::Activation base = act;
+  base.post = false;
+  base.post_mul = 1.f;
+  base.post_add = -0.f;
+  std::vector<float> want, absum;
+  reference_with_absum(s, x, w, bias, resid, base, want, absum);
+  double scale = 1.0;
+  if (act.post) {
+    for (float& v : want) v = v * act.post_mul + act.post_add;
+    scale = std::max(1.0, double(std::fabs(act.post_mul)));
+  }
+  const std::vector<float> xb = blocked ? to_blocked(x, s.N, s.C, s.H * s.W) : std::vector<float>{};
+  const std::vector<float> rb = blocked ? to_blocked(res, s.N, s.M, OHW) : std::vector<float>{};
+  int runs = 0;
+  for (int tile : {2, 4}) {
+    // as in MatchesReferenceOnOddShapes: F(4x4) measured up to 2.4e-6, F(2x2) up to 1.3e-7
+    const double tol = (tile == 4 ? 1e-5 : 1e-6) * scale;
+    for (k::Isa isa : isas()) {
+      const k::GemmArch& g = k::gemm_arch(isa);
+      const k::WinogradWeights u = k::winograd_pack_weights(g, s, w.data(), tile, blocked);
+      EXPECT_EQ(u.blocked, blocked);
+      for (auto& pool : pools) {
+        const int threads = pool ? pool->threads() : 1;
+        const std::string where = what + " F(" + std::to_string(tile) + "x" + std::to_string(tile) + ",3x3) isa " +
+                                  k::isa_name(isa) + " threads " + std::to_string(threads);
+        const size_t wsz = static_cast<size_t>(k::winograd_workspace_floats(g, s, tile, threads));
+        std::vector<float> ws(wsz + 64, 12345.f);
+        std::vector<float> got(static_cast<size_t>(blocked ? s.N * OB * OHW * 16 : ysz), std::nanf(""));
+        k::conv2d_winograd(g, s, blocked ? xb.data() : x.data(), u, bias,
+                           resid ? (blocked ? rb.data() : res.data()) : nullptr, act, got.data(), pool.get(), ws.data());
+        EXPECT_TRUE(std::all_of(ws.begin() + long(wsz), ws.end(), [](float f) { return f == 12345.f; }))
+            << where << ": wrote past the workspace";
+        if (blocked) {
+          std::vector<float> plain(static_cast<size_t>(ysz));
+          bool pad_zero = true;
+          for (int64_t n = 0; n < s.N; ++n)
+            for (int64_t m = 0; m < OB * 16; ++m)
+              for (int64_t p = 0; p < OHW; ++p) {
+                const float v = got[size_t(((n * OB + m / 16) * OHW + p) * 16 + m % 16)];
+                if (m < s.M) plain[size_t((n * s.M + m) * OHW + p)] = v;
+                else pad_zero = pad_zero && v == 0.f;
+              }
+          EXPECT_TRUE(pad_zero) << where << ": padding lanes not 0";
+          got.swap(plain);
+        }
+        EXPECT_LE(max_rel_error(got, want, absum), tol) << where;
+        ++runs;
+      }
+    }
+  }
+  return runs;
+}
+
+// A random Winograd-applicable shape: N 1-2, C and M from 16 (mostly off the vector width; now
+// and then M past one 128-row output-channel pass), images from 1x1 up (odd sizes, partial tiles,
+// now and then wide rows), each pad 0-2 (asymmetric), and at least one output pixel.
+k::Conv2dShape random_winograd_shape(std::mt19937& rng) {
+  auto uni = [&](int64_t lo, int64_t hi) { return lo + int64_t(rng() % uint32_t(hi - lo + 1)); };
+  for (;;) {
+    Case c;
+    c.N = uni(1, 2);
+    c.C = uni(16, 48);
+    c.M = rng() % 8 == 0 ? uni(120, 150) : uni(16, 50);
+    c.H = uni(1, 20);
+    c.W = rng() % 6 == 0 ? uni(40, 75) : uni(1, 20);
+    c.pt = uni(0, 2), c.pl = uni(0, 2), c.pb = uni(0, 2), c.pr = uni(0, 2);
+    const k::Conv2dShape s = shape_of(c);
+    if (s.OH >= 1 && s.OW >= 1) return s;
+  }
+}
+
+// A random fused activation: every kind in turn with a post affine on every other call
+// (negative scales included).
+k::Activation random_activation(std::mt19937& rng) {
+  k::Activation a = act_of(int(rng() % 8));
+  if (rng() % 2) {
+    std::uniform_real_distribution<float> d(-1.5f, 1.5f);
+    a.post = true;
+    a.post_mul = d(rng);
+    a.post_add = d(rng);
+  }
+  return a;
+}
+
+std::string shape_desc(const k::Conv2dShape& s) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "N %lld C %lld %lldx%lld M %lld pads t%lld l%lld -> %lldx%lld", (long long)s.N,
+                (long long)s.C, (long long)s.H, (long long)s.W, (long long)s.M, (long long)s.pt, (long long)s.pl,
+                (long long)s.OH, (long long)s.OW);
+  return buf;
+}
+
 // Shapes that reach every path of the driver and the transforms.
 std::vector<Case> odd_cases() {
   return {
@@ -195,15 +311,6 @@ TEST(Winograd, BlockedMatchesReferenceOnOddShapes) {
   std::vector<Case> cases = odd_cases();
   cases.push_back({1, 64, 28, 28, 64, 1, 1, 1, 1});   // one block of 49 tiles: few-blocks split by tiles at 2-3 threads
   cases.push_back({1, 40, 14, 14, 136, 1, 1, 1, 1});  // few blocks, output channels in parts
-  // NCHW [N, C, H, W] <-> blocked [N, CB, H, W, 16]
-  auto to_blocked = [](const std::vector<float>& v, int64_t N, int64_t C, int64_t HW) {
-    const int64_t CB = (C + 15) / 16;
-    std::vector<float> b(static_cast<size_t>(N * CB * HW * 16), 0.f);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = 0; c < C; ++c)
-        for (int64_t p = 0; p < HW; ++p) b[size_t(((n * CB + c / 16) * HW + p) * 16 + c % 16)] = v[size_t((n * C + c) * HW + p)];
-    return b;
-  };
   std::mt19937 rng(15);
   const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
   int idx = 0;
@@ -251,6 +358,68 @@ TEST(Winograd, BlockedMatchesReferenceOnOddShapes) {
     }
     ++idx;
   }
+}
+
+// Random shapes (fixed seed) in both layouts: F(2x2) and F(4x4), every ISA, 1, 2 and 3 threads,
+// random bias / residual / activation, half of them with a post affine.
+TEST(Winograd, MatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(20240611);
+  const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
+  int runs = 0;
+  for (int i = 0; i < 40; ++i) {
+    const k::Conv2dShape s = random_winograd_shape(rng);
+    ASSERT_TRUE(k::winograd_applicable(s)) << shape_desc(s);
+    const k::Activation act = random_activation(rng);
+    const bool bias = rng() % 2, resid = rng() % 3 == 0;
+    runs += check_winograd(s, rng, act, bias, resid, false, pools, "random case " + std::to_string(i) + " " + shape_desc(s));
+    if (HasFailure()) return;
+  }
+  EXPECT_EQ(runs, 40 * 2 * int(isas().size()) * int(pools.size()));
+}
+
+TEST(Winograd, BlockedMatchesReferenceOnRandomShapes) {
+  std::mt19937 rng(777001);
+  const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
+  int runs = 0;
+  for (int i = 0; i < 40; ++i) {
+    const k::Conv2dShape s = random_winograd_shape(rng);
+    ASSERT_TRUE(k::winograd_applicable(s)) << shape_desc(s);
+    const k::Activation act = random_activation(rng);
+    const bool bias = rng() % 2, resid = rng() % 3 == 0;
+    runs += check_winograd(s, rng, act, bias, resid, true, pools,
+                           "blocked random case " + std::to_string(i) + " " + shape_desc(s));
+    if (HasFailure()) return;
+  }
+  EXPECT_EQ(runs, 40 * 2 * int(isas().size()) * int(pools.size()));
+}
+
+// Every fused activation with a post affine (positive and negative scales, with and without a
+// shift; also the affine alone), bias and residual, through the NCHW and blocked output
+// transforms: partial tiles, C and M off the vector width, N = 2, a block spread over threads.
+TEST(Winograd, ActivationWithPostAffineMatchesReference) {
+  const std::vector<Case> shapes = {
+      {1, 24, 13, 11, 20, 1, 1, 1, 1},
+      {2, 17, 9, 22, 33, 0, 1, 2, 1},
+      {1, 32, 24, 24, 40, 1, 1, 1, 1},   // few blocks: split by channels at 2-3 threads
+  };
+  const float muls[] = {1.25f, -0.75f, 0.5f, -2.f}, adds[] = {-0.5f, 0.25f, 0.f, 3.f};
+  std::mt19937 rng(31);
+  const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
+  int runs = 0;
+  for (int i = 0; i < 8; ++i)
+    for (size_t si = 0; si < shapes.size(); ++si) {
+      const k::Conv2dShape s = shape_of(shapes[si]);
+      k::Activation act = act_of(i);
+      act.post = true;
+      act.post_mul = muls[(size_t(i) + si) % 4];
+      act.post_add = adds[(size_t(i) + 2 * si) % 4];
+      for (int blocked = 0; blocked < 2; ++blocked)
+        runs += check_winograd(s, rng, act, true, (i + int(si)) % 2 == 0, blocked, pools,
+                               std::string(blocked ? "blocked " : "") + "act " + std::to_string(i) + " post " +
+                                   std::to_string(act.post_mul) + "," + std::to_string(act.post_add) + " " + shape_desc(s));
+      if (HasFailure()) return;
+    }
+  EXPECT_EQ(runs, 8 * int(shapes.size()) * 2 * 2 * int(isas().size()) * int(pools.size()));
 }
 
 TEST(Winograd, RejectsMismatchedWeights) {
