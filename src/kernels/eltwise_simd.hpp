@@ -248,8 +248,10 @@ struct Simd {
       if (!log) __builtin_memcpy(y + i, ty, size_t(r) * sizeof(float));
     }
     if (log) {
-      const R sh = V::set1(m + __builtin_logf(s));
-      map1(x, y, n, [&](R v) { return V::sub(v, sh); });
+      // (x - m) - log(s), not x - (m + log(s)): when |m| is large, m + log(s) rounds log(s) away
+      // (a row of -1e30 would give 0 instead of -log(n)).
+      const R ls = V::set1(__builtin_logf(s));
+      map1(x, y, n, [&](R v) { return V::sub(V::sub(v, mv), ls); });
     } else {
       const R inv = V::set1(1.0f / s);
       map1(y, y, n, [&](R v) { return V::mul(v, inv); });
@@ -280,6 +282,10 @@ struct Simd {
       i = 0;
       for (; i + W <= n; i += W) V::store(y + i, V::mul(V::mul(V::sub(V::load(x + i), mv), rv), V::load(gamma + i)));
       for (; i < n; ++i) y[i] = (x[i] - mean) * rstd * gamma[i];
+    } else if (beta) {
+      i = 0;
+      for (; i + W <= n; i += W) V::store(y + i, V::fma(V::sub(V::load(x + i), mv), rv, V::load(beta + i)));
+      for (; i < n; ++i) y[i] = (x[i] - mean) * rstd + beta[i];
     } else {
       map1(x, y, n, [&](R v) { return V::mul(V::sub(v, mv), rv); });
     }

@@ -4,6 +4,8 @@
 // report gives. Also the fused kernels basalt::Attention and basalt::Gelu against the spelled-out
 // computation.
 #include "onnx/writer.hpp"
+#include "op_tester.hpp"
+#include "ops/common.hpp"
 #include "opt/passes.hpp"
 #include "runtime/model.hpp"
 
@@ -12,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <iterator>
 #include <random>
 
 namespace basalt {
@@ -656,28 +660,43 @@ Tensor attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, co
   return y;
 }
 
+// Every mask layout, 1-3 threads (B * H = 6 (batch, head) tasks: chunks of 3 and of 2), on a
+// short sequence (one block of query rows) and on Sq = 300 > kAttnRows = 128 (src/ops/attention.cpp:
+// blocks of 128, 128 and 44 query rows, the mask offset to each block's rows) with Sk = 161 keys,
+// the last 17 of them padding (-inf) in every layout with a key axis.
 TEST(Fusions, AttentionKernelMatchesReferenceForEveryMaskLayout) {
-  const int64_t B = 2, H = 3, Sq = 7, Sk = 9, D = 5, Dv = 4;
-  Tensor q = random_tensor({B, Sq, H * D}, 21), k = random_tensor({B, Sk, H * D}, 22), v = random_tensor({B, Sk, H * Dv}, 23);
-  // Column mask (epilogue col_bias), dense plane (residual), row mask and a per-head plane with
-  // broadcast columns (added after the GEMM), and no mask.
-  for (Shape ms : {Shape{B, 1, 1, Sk}, Shape{B, H, Sq, Sk}, Shape{Sq, Sk}, Shape{B, 1, Sq, 1}, Shape{1, H, 1, Sk}, Shape{}}) {
-    const bool with_mask = !ms.empty();
-    std::string bytes = attention_node_model(with_mask, H);
-    for (int threads : {1, 3}) {
-      SessionOptions o;
-      o.optimization_level = 0;
-      o.threads = threads;
-      auto s = Session::from_bytes(bytes.data(), bytes.size(), o);
-      Tensor m = with_mask ? random_tensor(ms, 24, -2, 2) : Tensor();
-      std::vector<std::pair<std::string, Value>> feeds = {{"q", q}, {"k", k}, {"v", v}};
-      if (with_mask) {
-        if (m.rank() == 2) m = m.reshaped({1, 1, Sq, Sk});
-        feeds.push_back({"m", m});
+  struct Dims {
+    int64_t B, H, Sq, Sk, D, Dv;
+    bool pad;  // -inf mask on the last keys
+  };
+  uint32_t seed = 21;
+  for (const Dims& dm : {Dims{2, 3, 7, 9, 5, 4, false}, Dims{2, 3, 300, 161, 8, 6, true}}) {
+    const int64_t B = dm.B, H = dm.H, Sq = dm.Sq, Sk = dm.Sk, D = dm.D, Dv = dm.Dv;
+    Tensor q = random_tensor({B, Sq, H * D}, seed++), k = random_tensor({B, Sk, H * D}, seed++),
+           v = random_tensor({B, Sk, H * Dv}, seed++);
+    // Column mask (epilogue col_bias), dense plane (residual), row mask and a per-head plane with
+    // broadcast columns (added after the GEMM), and no mask.
+    for (Shape ms : {Shape{B, 1, 1, Sk}, Shape{B, H, Sq, Sk}, Shape{Sq, Sk}, Shape{B, 1, Sq, 1}, Shape{1, H, 1, Sk}, Shape{}}) {
+      const bool with_mask = !ms.empty();
+      const std::string what = "Sq " + std::to_string(Sq) + " Sk " + std::to_string(Sk) + " mask " + shape_str(ms);
+      Tensor m = with_mask ? random_tensor(ms, seed++, -2, 2) : Tensor();
+      if (with_mask && dm.pad && ms.back() == Sk)
+        for (int64_t i = 0; i < m.numel(); ++i)
+          if (i % Sk >= Sk - 17) m.data<float>()[i] = -INFINITY;
+      if (m.defined() && m.rank() == 2) m = m.reshaped({1, 1, Sq, Sk});
+      const Tensor ref = attention_reference(q, k, v, with_mask ? &m : nullptr, H);
+      std::string bytes = attention_node_model(with_mask, H);
+      for (int threads : {1, 2, 3}) {
+        SessionOptions o;
+        o.optimization_level = 0;
+        o.threads = threads;
+        auto s = Session::from_bytes(bytes.data(), bytes.size(), o);
+        std::vector<std::pair<std::string, Value>> feeds = {{"q", q}, {"k", k}, {"v", v}};
+        if (with_mask) feeds.push_back({"m", m});
+        auto y = s->run(feeds);
+        ASSERT_EQ(y[0].tensor.shape(), ref.shape()) << what;
+        EXPECT_LE(rel_l2(y[0].tensor, ref), 1e-5) << what << ", threads " << threads;
       }
-      auto y = s->run(feeds);
-      Tensor ref = attention_reference(q, k, v, with_mask ? &m : nullptr, H);
-      EXPECT_LE(rel_l2(y[0].tensor, ref), 1e-5) << "mask " << shape_str(ms) << ", threads " << threads;
     }
   }
 }
@@ -727,6 +746,40 @@ TEST(Fusions, GeluKernelFloatTypesAndBadType) {
       EXPECT_NEAR(y[1].tensor.data<double>()[i], tanh_form, 1e-6);
     }
   }
+}
+
+// basalt::Gelu on float16 and bfloat16 (computed through float32): bit-identical to the float32
+// op on the same (rounded) values, rounded to the type, in that type; both forms, 1-3 threads, on
+// 8700 elements (chunks of 2730 for erf/tanh-cost ops: 4 chunks, the last partial) over
+// [-6, 6), with zeros, small values and NaN (NaN in, NaN out).
+TEST(Fusions, GeluKernelHalfTypesMatchFloat) {
+  using test::attr;
+  using test::run_op;
+  Tensor base = random_tensor({3, 2900}, 31, -6.f, 6.f);
+  const float specials[] = {0.f, -0.f, 1e-3f, -1e-3f, 1e-6f, NAN};
+  for (size_t i = 0; i < std::size(specials); ++i) base.data<float>()[i * 97] = specials[i];
+  for (DType dt : {DType::Float16, DType::BFloat16})
+    for (const char* approx : {"none", "tanh"}) {
+      const Tensor xh = from_float32(base, dt), xf = to_float32(xh);
+      for (int threads : {1, 2, 3}) {
+        const std::string what = std::string(dtype_name(dt)) + " " + approx + " threads " + std::to_string(threads);
+        Tensor got = run_op("Gelu", 1, {xh}, {attr("approximate", approx)}, 1, "basalt", threads)[0].tensor;
+        Tensor want32 = run_op("Gelu", 1, {xf}, {attr("approximate", approx)}, 1, "basalt", threads)[0].tensor;
+        ASSERT_EQ(got.dtype(), dt) << what;
+        ASSERT_EQ(got.shape(), xh.shape()) << what;
+        ASSERT_EQ(want32.dtype(), DType::Float) << what;
+        const Tensor want = from_float32(want32, dt);
+        ASSERT_EQ(0, std::memcmp(got.raw(), want.raw(), want.nbytes())) << what;
+        // and the float32 op is Gelu (the form's formula in double, within the row kernels' 2e-6)
+        for (int64_t i = 0; i < xf.numel(); ++i) {
+          const double v = xf.data<float>()[i], y = want32.data<float>()[i];
+          const double r = std::string(approx) == "none" ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
+                                                         : 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+          if (std::isnan(r)) ASSERT_TRUE(std::isnan(y)) << what << " element " << i;
+          else ASSERT_NEAR(y, r, 2e-6 * (1 + std::fabs(r))) << what << " element " << i;
+        }
+      }
+    }
 }
 
 TEST(Fusions, AttentionKernelRejectsBadShapes) {

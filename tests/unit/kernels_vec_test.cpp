@@ -253,6 +253,93 @@ TEST(KernelsVec, ReductionsSoftmaxLayerNormAgainstDouble) {
   }
 }
 
+// The layer-norm row without beta, without gamma, and without both (1 and 0, the header's contract),
+// on every ISA against double, on lengths with vector tails.
+TEST(KernelsVec, LayerNormWithoutGammaOrBetaEveryIsa) {
+  std::mt19937 rng(19);
+  for (int64_t n : kLengths) {
+    if (n == 0) continue;
+    std::vector<float> x = random_floats(rng, n, -6.f, 6.f), g = random_floats(rng, n, 0.5f, 1.5f),
+                       bt = random_floats(rng, n, -2.f, 2.f);
+    double mean = 0, var = 0;
+    for (float v : x) mean += v;
+    mean /= double(n);
+    for (float v : x) var += (v - mean) * (v - mean);
+    var /= double(n);
+    const double rstd = 1 / std::sqrt(var + 1e-5);
+    for (Isa isa : isas())
+      for (int which = 0; which < 3; ++which) {  // gamma only, neither, beta only
+        const bool with_gamma = which == 0, with_beta = which == 2;
+        const std::string what = std::string(kernels::isa_name(isa)) + " n=" + std::to_string(n) +
+                                 (with_gamma ? " gamma, no beta" : with_beta ? " beta, no gamma" : " no gamma, no beta");
+        std::vector<float> y(x.size(), 7.f);
+        float mo = 0, ro = 0;
+        kernels::vec_ops(isa).layernorm(x.data(), with_gamma ? g.data() : nullptr, with_beta ? bt.data() : nullptr, y.data(),
+                                        n, 1e-5f, &mo, &ro);
+        EXPECT_NEAR(mo, mean, 1e-5) << what;
+        EXPECT_NEAR(ro, rstd, 1e-5 * rstd) << what;
+        for (int64_t i = 0; i < n; ++i) {
+          const size_t j = size_t(i);
+          ASSERT_NEAR(y[j], (x[j] - mean) * rstd * (with_gamma ? g[j] : 1.0) + (with_beta ? bt[j] : 0.0), 1e-5)
+              << what << " element " << i;
+        }
+      }
+  }
+}
+
+// Softmax and log-softmax rows as attention masks leave them: -inf, -FLT_MAX, -1e30 and -10000
+// (BERT's mask) next to ordinary scores, on every ISA against double, on lengths with vector tails
+// (masked entries in the tail too). Rows: a few entries masked; all but the first; all (a finite
+// mask added to every score; -FLT_MAX everywhere: equal entries, uniform). A masked entry is
+// exactly 0 (softmax), -inf stays -inf (log-softmax). A row that is all -inf gives NaN everywhere,
+// as the reference Softmax does (shift by 0 when the max is infinite, then 0 / 0) and
+// docs/fused_ops.md says. Log-softmax too where every entry is masked by a finite value (a max of
+// large magnitude): the row kernel once computed x - fl(max + log(sum)), which rounds the log
+// term away (all -FLT_MAX: 0 instead of -log(n); -10000: errors of 3e-4); it now computes
+// (x - max) - log(sum), as the reference does.
+TEST(KernelsVec, SoftmaxMaskedRowsEveryIsa) {
+  const float inf = std::numeric_limits<float>::infinity(), big = std::numeric_limits<float>::max();
+  const float masks[] = {-inf, -big, -1e30f, -10000.f};
+  std::mt19937 rng(20);
+  for (int64_t n : kLengths) {
+    if (n == 0) continue;
+    for (int kind = 0; kind < 3; ++kind)
+      for (float mk : masks) {
+        std::vector<float> x = random_floats(rng, n, -6.f, 6.f);
+        for (int64_t i = 0; i < n; ++i) {
+          const bool masked = kind == 0 ? (i % 3 == 1 || i == n - 1) && n > 1 : kind == 1 ? i > 0 : true;
+          if (masked) x[size_t(i)] = mk == -inf || mk == -big ? mk : x[size_t(i)] + mk;
+        }
+        double m = -inf;
+        for (float v : x) m = std::max(m, double(v));
+        const bool all_inf = m == -inf;
+        if (std::isinf(m)) m = 0;
+        double es = 0;
+        for (float v : x) es += std::exp(double(v) - m);
+        for (Isa isa : isas()) {
+          const std::string what = std::string(kernels::isa_name(isa)) + " n=" + std::to_string(n) + " kind " +
+                                   std::to_string(kind) + " mask " + std::to_string(mk);
+          std::vector<float> y(x.size()), l(x.size());
+          kernels::vec_ops(isa).softmax(x.data(), y.data(), n, false);
+          kernels::vec_ops(isa).softmax(x.data(), l.data(), n, true);
+          for (int64_t i = 0; i < n; ++i) {
+            const size_t j = size_t(i);
+            if (all_inf) {
+              ASSERT_TRUE(std::isnan(y[j]) && std::isnan(l[j])) << what << " element " << i << ": " << y[j] << " " << l[j];
+              continue;
+            }
+            const double r = std::exp(double(x[j]) - m) / es, lr = double(x[j]) - m - std::log(es);
+            if (r == 0) ASSERT_EQ(y[j], 0.f) << what << " element " << i;
+            else ASSERT_NEAR(y[j], r, 1e-6 * r + 1e-12) << what << " element " << i;
+            if (std::isinf(lr)) ASSERT_EQ(l[j], -inf) << what << " element " << i;
+            // 2e-5 as for ordinary rows, plus the float32 rounding of a masked value (up to 1e30)
+            else ASSERT_NEAR(l[j], lr, 2e-5 + 1.2e-7 * std::fabs(lr)) << what << " element " << i;
+          }
+        }
+      }
+  }
+}
+
 // The threaded drivers give bit-identical results for 1, 2 and 3 threads, on sizes that do and
 // do not split.
 TEST(KernelsVec, DriversIndependentOfThreadCount) {
@@ -339,6 +426,34 @@ TEST(KernelsVecOps, BinaryBroadcastShapes) {
     }
 }
 
+// Binary ops on sizes that split into several chunks over 2 and 3 threads, for each way the op
+// hands work to the pool:
+// - one flat pass (binary_f32: same shapes, or a one-element operand), chunks of 32768 elements
+//   (8192 for Div): 3 x 149 x 151 = 67497 elements are 3 chunks (9 for Div), the last partial;
+//   each chunk offsets the vector operands and keeps the scalar one;
+// - a one-element operand with more dims than the other (the broadcast plan, one row: the same
+//   flat pass);
+// - rows of the broadcast plan, chunks of 32768 / row length rows (8192 / row length for Div):
+//   1000 rows of 67 are 3 chunks (9 for Div); 300 x 4 rows of 67 are 3 chunks (10 for Div) that
+//   start part-way through the dim of 4 (489 and 122 rows are not multiples of 4).
+TEST(KernelsVecOps, BinarySplitOverThreads) {
+  std::mt19937 rng(18);
+  const std::vector<std::pair<Shape, Shape>> shapes = {
+      {{3, 149, 151}, {3, 149, 151}},  // same shape
+      {{3, 149, 151}, {}},             // scalar
+      {{3, 149, 151}, {1}},            // one element, rank 1
+      {{67497}, {1, 1}},               // one element with more dims: [1, 67497]
+      {{1000, 67}, {67}},              // last dim
+      {{300, 1, 67}, {1, 4, 67}},      // outer product of the leading dims
+  };
+  for (const char* op : {"Add", "Sub", "Mul", "Div", "Max", "Min"})
+    for (auto& [sa, sb] : shapes) {
+      Tensor a = rand_tensor(rng, sa), b = rand_tensor(rng, sb, 0.5f, 2.f);
+      check_op(op, 13, {a, b}, {}, 1e-6, std::string(op) + " " + shape_str(sa) + " " + shape_str(sb));
+      check_op(op, 13, {b, a}, {}, 1e-6, std::string(op) + " " + shape_str(sb) + " " + shape_str(sa));
+    }
+}
+
 TEST(KernelsVecOps, Activations) {
   std::mt19937 rng(6);
   for (Shape s : {Shape{7}, Shape{3, 5, 33}, Shape{2, 16, 45, 47}}) {
@@ -383,6 +498,27 @@ TEST(KernelsVecOps, SoftmaxLayerNormBatchNorm) {
   }
 }
 
+// The Softmax / LogSoftmax ops, float32 (the threaded row driver) and float64 (the reference),
+// on a row of -inf: NaN (the documented result, docs/fused_ops.md), and on a row with one finite
+// entry: one-hot (0 and -inf for log-softmax).
+TEST(KernelsVecOps, SoftmaxAllMaskedRow) {
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor x = Tensor::from_vector<float>(std::vector<float>(2 * 37, -inf), {2, 37});
+  x.data<float>()[40] = 1.f;  // row 1 has one finite score, at column 3
+  for (const char* op : {"Softmax", "LogSoftmax"})
+    for (bool dbl : {false, true}) {
+      const bool lg = std::string(op) == "LogSoftmax";
+      const std::string what = std::string(op) + (dbl ? " double" : " float");
+      Tensor y = run_op(op, 13, {dbl ? as_double(x) : x})[0].tensor;
+      for (int64_t i = 0; i < 37; ++i) {
+        const double v0 = dbl ? y.data<double>()[i] : y.data<float>()[i];
+        const double v1 = dbl ? y.data<double>()[37 + i] : y.data<float>()[37 + i];
+        EXPECT_TRUE(std::isnan(v0)) << what << " element " << i << ": " << v0;
+        EXPECT_EQ(v1, i == 3 ? (lg ? 0.0 : 1.0) : (lg ? -double(inf) : 0.0)) << what << " element " << i;
+      }
+    }
+}
+
 TEST(KernelsVecOps, Pooling) {
   std::mt19937 rng(8);
   struct P {
@@ -397,6 +533,12 @@ TEST(KernelsVecOps, Pooling) {
       {{1, 2, 15, 13}, {3, 2}, {2, 3}, {0, 1, 2, 0}, {1, 1}, 1},
       {{1, 2, 20, 21}, {3, 3}, {1, 2}, {2, 2, 2, 2}, {2, 2}, 0},
       {{1, 3, 7, 9}, {7, 9}, {1, 1}, {0, 0, 0, 0}, {1, 1}, 0},
+      // Enough planes to split over 2 and 3 threads: pool2d_f32 takes planes in chunks of
+      // 65536 / (OH * (kh * W + kw * OW)): 128 planes of 37 (4 chunks), 96 of 36 (3 chunks),
+      // 80 of 12 (7 chunks, dilated: MaxPool only).
+      {{2, 64, 28, 28}, {3, 3}, {2, 2}, {1, 1, 1, 1}, {1, 1}, 0},
+      {{1, 96, 33, 35}, {2, 2}, {2, 2}, {0, 0, 0, 0}, {1, 1}, 1},
+      {{1, 80, 30, 30}, {3, 3}, {1, 1}, {2, 2, 2, 2}, {2, 2}, 0},
   };
   for (const P& c : cases) {
     Tensor x = rand_tensor(rng, c.x);
@@ -415,10 +557,14 @@ TEST(KernelsVecOps, Pooling) {
   }
   Tensor x = rand_tensor(rng, {2, 7, 9, 11});
   check_op("GlobalAveragePool", 1, {x}, {}, 1e-6, "GlobalAveragePool");
-  // enough planes (80) for the threaded sum to split across 2 and 3 threads
-  Tensor xl = rand_tensor(rng, {2, 40, 13, 13});
-  check_op("GlobalAveragePool", 1, {xl}, {}, 1e-6, "GlobalAveragePool 80 planes");
-  check_op("GlobalMaxPool", 1, {xl}, {}, 0, "GlobalMaxPool 80 planes");
+  // GlobalAveragePool sums planes in chunks of 32768 / (H * W) planes (at least 1): 80 planes of
+  // 13x13 are one chunk (193 planes), 1200 are 7 chunks, and 5 planes of 181x211 (over 32768
+  // elements each) are a chunk each, so the last two split over 2 and 3 threads.
+  for (Shape s : {Shape{2, 40, 13, 13}, Shape{2, 600, 13, 13}, Shape{1, 5, 181, 211}}) {
+    Tensor xl = rand_tensor(rng, s);
+    check_op("GlobalAveragePool", 1, {xl}, {}, 1e-6, "GlobalAveragePool " + shape_str(s));
+    check_op("GlobalMaxPool", 1, {xl}, {}, 0, "GlobalMaxPool " + shape_str(s));
+  }
 }
 
 TEST(KernelsVecOps, Resize) {
@@ -549,41 +695,47 @@ TEST(KernelsVec, Pool2dEveryIsaAndThreadCount) {
         g.OW = (c.W + c.pw + c.pw_end - ((c.kw - 1) * c.dw + 1)) / c.sw + 1;
         g.avg = avg != 0;
         g.count_include_pad = incl != 0;
-        const int64_t planes = 5;
-        std::vector<float> x = random_floats(rng, planes * c.H * c.W, -3.f, 3.f);
-        std::vector<float> ref(static_cast<size_t>(planes * g.OH * g.OW));
-        kernels::pool2d_f32(nullptr, x.data(), ref.data(), planes, g, Isa::Portable);
-        const std::string what = std::string(avg ? "avg" : "max") + (incl ? " incl" : "") + " H" +
-                                 std::to_string(c.H) + " W" + std::to_string(c.W) + " k" + std::to_string(c.kh) +
-                                 "x" + std::to_string(c.kw) + " s" + std::to_string(c.sw);
-        // Spot-check the portable build against a direct evaluation of the definition.
-        for (int64_t p = 0; p < planes; ++p)
-          for (int64_t oy = 0; oy < g.OH; ++oy)
-            for (int64_t ox = 0; ox < g.OW; ++ox) {
-              double acc = avg ? 0.0 : -INFINITY;
-              int64_t valid = 0, padded = 0;
-              for (int64_t ky = 0; ky < g.kh; ++ky)
-                for (int64_t kx = 0; kx < g.kw; ++kx) {
-                  const int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
-                  if (iy >= -g.ph && iy < g.H + g.ph_end && ix >= -g.pw && ix < g.W + g.pw_end) ++padded;
-                  if (iy < 0 || iy >= g.H || ix < 0 || ix >= g.W) continue;
-                  ++valid;
-                  const double v = x[size_t((p * g.H + iy) * g.W + ix)];
-                  acc = avg ? acc + v : std::max(acc, v);
-                }
-              const int64_t cnt = incl ? padded : valid;
-              const double want = valid == 0 ? 0.0 : (avg ? acc / double(cnt) : acc);
-              ASSERT_NEAR(ref[size_t((p * g.OH + oy) * g.OW + ox)], want, 1e-6 * (1 + std::fabs(want)))
-                  << what << " at " << p << "," << oy << "," << ox;
+        // 5 planes, then enough planes for 3 threads to get a chunk each: pool2d_f32 hands out
+        // planes in chunks of grain = 65536 / (OH * (kh * W + kw * OW)) (at least 1), so
+        // 2 * grain + 1 planes are three chunks.
+        const int64_t grain = std::max<int64_t>(1, 65536 / (g.OH * (g.kh * g.W + g.kw * g.OW)));
+        for (const int64_t planes : {int64_t(5), 2 * grain + 1}) {
+          std::vector<float> x = random_floats(rng, planes * c.H * c.W, -3.f, 3.f);
+          std::vector<float> ref(static_cast<size_t>(planes * g.OH * g.OW));
+          kernels::pool2d_f32(nullptr, x.data(), ref.data(), planes, g, Isa::Portable);
+          const std::string what = std::string(avg ? "avg" : "max") + (incl ? " incl" : "") + " H" +
+                                   std::to_string(c.H) + " W" + std::to_string(c.W) + " k" + std::to_string(c.kh) +
+                                   "x" + std::to_string(c.kw) + " s" + std::to_string(c.sw) + " planes " +
+                                   std::to_string(planes);
+          // Spot-check the portable build against a direct evaluation of the definition.
+          for (int64_t p = 0; p < planes; ++p)
+            for (int64_t oy = 0; oy < g.OH; ++oy)
+              for (int64_t ox = 0; ox < g.OW; ++ox) {
+                double acc = avg ? 0.0 : -INFINITY;
+                int64_t valid = 0, padded = 0;
+                for (int64_t ky = 0; ky < g.kh; ++ky)
+                  for (int64_t kx = 0; kx < g.kw; ++kx) {
+                    const int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
+                    if (iy >= -g.ph && iy < g.H + g.ph_end && ix >= -g.pw && ix < g.W + g.pw_end) ++padded;
+                    if (iy < 0 || iy >= g.H || ix < 0 || ix >= g.W) continue;
+                    ++valid;
+                    const double v = x[size_t((p * g.H + iy) * g.W + ix)];
+                    acc = avg ? acc + v : std::max(acc, v);
+                  }
+                const int64_t cnt = incl ? padded : valid;
+                const double want = valid == 0 ? 0.0 : (avg ? acc / double(cnt) : acc);
+                ASSERT_NEAR(ref[size_t((p * g.OH + oy) * g.OW + ox)], want, 1e-6 * (1 + std::fabs(want)))
+                    << what << " at " << p << "," << oy << "," << ox;
+              }
+          for (Isa isa : isas())
+            for (int threads : {1, 2, 3}) {
+              std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads, 0) : nullptr;
+              std::vector<float> y(ref.size(), 12345.f);
+              kernels::pool2d_f32(pool.get(), x.data(), y.data(), planes, g, isa);
+              ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)))
+                  << what << " isa " << kernels::isa_name(isa) << " threads " << threads;
             }
-        for (Isa isa : isas())
-          for (int threads : {1, 2, 3}) {
-            std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads, 0) : nullptr;
-            std::vector<float> y(ref.size(), 12345.f);
-            kernels::pool2d_f32(pool.get(), x.data(), y.data(), planes, g, isa);
-            ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)))
-                << what << " isa " << kernels::isa_name(isa) << " threads " << threads;
-          }
+        }
       }
 }
 

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 
 using namespace basalt;
 using namespace basalt::test;
@@ -195,9 +197,11 @@ TEST(NnOps, ResizeNearestIsExactForInt64) {
   for (size_t i = 0; i < expect.size(); ++i) EXPECT_EQ(int(z.data<uint8_t>()[i]), expect[i]);
 }
 
-// float16 / bfloat16 inputs of the ops that run the fp32 kernels on converted copies (Conv and
-// its fast paths, ConvTranspose, MatMul, Gemm, LSTM, GRU): the result must be the fp32 op's on
-// the same (rounded) values, rounded to the input type, with the output in that type; 1, 2
+// float16 / bfloat16 inputs: Conv (and its fast paths), ConvTranspose, LSTM and GRU run the fp32
+// kernels on converted copies; MatMul and Gemm take their reference loops (src/ops/nn.cpp:
+// matmul_reference, gemm_reference), which accumulate in float32. Either way the result must be
+// the fp32 op's on the same (rounded) values, rounded to the input type (or its neighbour: the
+// reference loops sum in another order than the fp32 GEMM), with the output in that type; 1, 2
 // and 3 threads.
 
 TEST(NnOps, HalfTypesMatchFloatOnTheSameValues) {
@@ -246,6 +250,65 @@ TEST(NnOps, HalfTypesMatchFloatOnTheSameValues) {
                 << c.op << " " << dtype_name(dt) << " output " << o << " element " << i << " threads " << threads;
           }
         }
+      }
+    }
+  }
+}
+
+// basalt::FusedConv and basalt::FusedMatMul on float16 / bfloat16 inputs (bias, the residual Z of
+// FusedConv and the activation all converted to float32, src/ops/nn.cpp): bit-identical to the
+// fused op on the float32 copies of the same values, rounded to the type, in that type; 1, 2 and
+// 3 threads. FusedConv: im2col with Relu and a post-affine, depthwise (LeakyRelu), 1x1 without
+// bias (Clip), 1-D (HardSigmoid), 3-D (the reference loops, then residual and activation: Tanh)
+// and 16 -> 24 channels 3x3 over two 20x21 images (HardSwish); FusedMatMul: batch rows folded
+// into one GEMM with alpha (Relu), both operands transposed with batch dims (Sigmoid: one GEMM
+// per batch item, items over the pool), a 1-D A, and no bias (Tanh).
+TEST(NnOps, FusedConvAndMatMulHalfTypesMatchFloat) {
+  struct OpCase {
+    const char* op;
+    std::vector<Shape> shapes;  // inputs; an empty shape: input omitted
+    std::vector<Attribute> attrs;
+  };
+  const OpCase cases[] = {
+      {"FusedConv", {{1, 5, 9, 11}, {7, 5, 3, 3}, {7}, {1, 7, 9, 11}},
+       {attr("pads", Ints{1, 1, 1, 1}), attr("activation", "Relu"), attr("post_affine", Floats{0.5f, 0.25f})}},
+      {"FusedConv", {{2, 16, 6, 7}, {16, 1, 3, 3}, {16}, {2, 16, 2, 3}},
+       {attr("group", 16), attr("strides", Ints{2, 2}), attr("activation", "LeakyRelu"), attr("activation_params", Floats{0.1f})}},
+      {"FusedConv", {{1, 9, 8, 8}, {12, 9, 1, 1}, {}, {1, 12, 8, 8}},
+       {attr("activation", "Clip"), attr("activation_params", Floats{-0.5f, 0.75f})}},
+      {"FusedConv", {{2, 6, 17}, {4, 6, 3}, {4}, {2, 4, 15}}, {attr("activation", "HardSigmoid")}},
+      {"FusedConv", {{1, 3, 4, 5, 6}, {4, 3, 2, 2, 2}, {4}, {1, 4, 3, 4, 5}}, {attr("activation", "Tanh")}},
+      {"FusedConv", {{2, 16, 20, 21}, {24, 16, 3, 3}, {24}, {2, 24, 20, 21}},
+       {attr("pads", Ints{1, 1, 1, 1}), attr("activation", "HardSwish")}},
+      {"FusedMatMul", {{2, 7, 19}, {19, 13}, {13}}, {attr("alpha", 0.5f), attr("activation", "Relu")}},
+      {"FusedMatMul", {{4, 19, 5}, {4, 13, 19}, {13}},
+       {attr("transA", 1), attr("transB", 1), attr("activation", "Sigmoid")}},
+      {"FusedMatMul", {{19}, {19, 13}, {13}}, {}},
+      {"FusedMatMul", {{3, 33, 40}, {40, 17}}, {attr("activation", "Tanh")}},
+  };
+  for (DType dt : {DType::Float16, DType::BFloat16}) {
+    uint32_t seed = 60;
+    for (const OpCase& c : cases) {
+      std::vector<Value> half_in, float_in;
+      for (const Shape& s : c.shapes) {
+        if (s.empty()) {
+          half_in.emplace_back();
+          float_in.emplace_back();
+          continue;
+        }
+        Tensor h = from_float32(nn_rand(s, seed++), dt);
+        half_in.emplace_back(h);
+        float_in.emplace_back(to_float32(h));
+      }
+      for (int threads : {1, 2, 3}) {
+        const std::string what = std::string(c.op) + " " + shape_str(c.shapes[0]) + " " + dtype_name(dt) +
+                                 " threads " + std::to_string(threads);
+        const Tensor got = run_op(c.op, 1, half_in, c.attrs, 1, "basalt", threads)[0].tensor;
+        const Tensor want32 = run_op(c.op, 1, float_in, c.attrs, 1, "basalt", threads)[0].tensor;
+        ASSERT_EQ(got.dtype(), dt) << what;
+        ASSERT_EQ(got.shape(), want32.shape()) << what;
+        const Tensor want = from_float32(want32, dt);
+        ASSERT_EQ(0, std::memcmp(got.raw(), want.raw(), want.nbytes())) << what;
       }
     }
   }
