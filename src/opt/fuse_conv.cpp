@@ -471,6 +471,15 @@ void fuse_bn_activation(PassContext& ctx) {
       ctx.reject(pattern, bn, why);
       continue;
     }
+    // The fused op carries the activation's parameters as float32 attributes: a float64 model's
+    // Clip bounds would be rounded. Its constant parameters tell a float64 BatchNormalization.
+    bool float64 = false;
+    for (size_t k = 1; k < bn.inputs.size(); ++k)
+      if (const Tensor* t = constant_of(g, bn.inputs[k])) float64 = float64 || t->dtype() == DType::Double;
+    if (float64) {
+      ctx.reject(pattern, bn, "float64 parameters (the fused activation's parameters are float32)");
+      continue;
+    }
     if (!have_kernel) {
       ctx.reject(pattern, bn, "no basalt::FusedBatchNormalization kernel is registered");
       continue;

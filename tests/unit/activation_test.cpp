@@ -189,3 +189,31 @@ TEST(ActivationOps, ReluIntegerAndFloat16) {
   Tensor s(DType::String, {1});
   EXPECT_THROW(run_op("Relu", 14, {Value(s)}), Error);
 }
+
+// Swish (since opset 24): x * sigmoid(alpha * x), attribute alpha (float, default 1.0), on float32
+// (the vectorized row kernel) and float64 (the reference loop): the default is x * sigmoid(x),
+// alpha 0 halves x exactly, a negative alpha mirrors the sigmoid, and the op has no earlier version.
+TEST(ActivationOps, SwishAlphaPerSpec) {
+  const std::vector<double> xs = {-6, -1.5, -0.25, 0, 0.5, 2, 7};
+  Tensor xf = floats(std::vector<float>(xs.begin(), xs.end()));
+  Tensor xd = Tensor::from_vector<double>(xs, {int64_t(xs.size())});
+  auto sig = [](double v) { return 1 / (1 + std::exp(-v)); };
+  for (float alpha : {1.0f, 0.0f, -0.5f, 1.5f})  // alpha * x exact in float for these x
+    for (bool dbl : {false, true}) {
+      std::vector<Attribute> at;
+      if (alpha != 1.0f) at.push_back(attr("alpha", alpha));  // 1: the default
+      Tensor y = run_op("Swish", 24, {Value(dbl ? xd : xf)}, at)[0].tensor;
+      ASSERT_EQ(y.dtype(), dbl ? DType::Double : DType::Float);
+      for (size_t i = 0; i < xs.size(); ++i) {
+        const double want = xs[i] * sig(double(alpha) * xs[i]);
+        const double got = dbl ? y.data<double>()[i] : y.data<float>()[i];
+        if (alpha == 0.0f) {
+          EXPECT_EQ(got, xs[i] / 2) << (dbl ? "double" : "float") << " x " << xs[i];  // x * 0.5
+        }
+        // float32: the row kernel's 4e-7 relative (kernels_vec_test); float64: libm's last bits
+        EXPECT_NEAR(got, want, (dbl ? 1e-15 : 4e-7) * (1e-30 + std::fabs(want)))
+            << (dbl ? "double" : "float") << " alpha " << alpha << " x " << xs[i];
+      }
+    }
+  EXPECT_THROW(run_op("Swish", 22, {Value(xf)}), Error);
+}

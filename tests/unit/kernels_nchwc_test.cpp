@@ -382,19 +382,34 @@ TEST(NchwcPool, MatchesNchwPool) {
 // Inference batch norm on blocked tensors (scale_shift): every ISA and thread count against
 // act(x * s + t) per NCHW element, channel counts with a partial last block (its padding lanes
 // must stay 0), odd plane sizes (vector tails, runs of several small planes per chunk), in place.
+// Work items are runs of up to 2048 pixels of one plane, in chunks of about 2048 pixels, so
+// [1, 64, 56, 57] and [1, 24, 45, 47] (two runs a plane, a chunk each) and [5, 270, 7, 7] (85
+// planes of 49 pixels, chunks of 41) split over 2 and 3 threads. Every activation the layout
+// pass lets through (act(0) == 0, asserted): none, Relu, Clip around 0, LeakyRelu, HardSwish,
+// Tanh, and HardSigmoid with beta <= 0 (x * s + t spans (-2, 2): Clip [-0.5, 0.75] and
+// HardSigmoid 0.8 v - 0.2 clamp both ways).
 TEST(NchwcScaleShift, MatchesPerChannelAffine) {
   std::mt19937 rng(11);
   struct P {
     int64_t N, C, H, W;
   };
-  const P cases[] = {{1, 16, 7, 7}, {2, 40, 5, 3}, {1, 64, 56, 57}, {3, 33, 1, 1}, {1, 128, 14, 14}};
-  Activation relu, clip, none, leaky;
-  relu.kind = ActKind::Relu;
-  clip.kind = ActKind::Clip, clip.a = 0.f, clip.b = 6.f;
-  leaky.kind = ActKind::LeakyRelu, leaky.a = 0.1f;
+  const P cases[] = {{1, 16, 7, 7},    {2, 40, 5, 3},   {1, 64, 56, 57}, {3, 33, 1, 1},
+                     {1, 128, 14, 14}, {5, 270, 7, 7}, {1, 24, 45, 47}};
+  const Activation acts[] = {Activation{}, act_of(ActKind::Relu), act_of(ActKind::Clip), act_of(ActKind::LeakyRelu),
+                             act_of(ActKind::HardSwish), act_of(ActKind::Tanh), [] {
+                               Activation a = act_of(ActKind::Clip);
+                               a.a = 0.f, a.b = 6.f;  // Relu6
+                               return a;
+                             }(),
+                             [] {
+                               Activation a = act_of(ActKind::HardSigmoid);
+                               a.a = 0.8f, a.b = -0.2f;
+                               return a;
+                             }()};
   auto pools = test::pools();
+  for (const Activation& act : acts) ASSERT_EQ(kernels::apply_activation(act, 0.f), 0.f) << "act " << int(act.kind);
   for (const P& c : cases)
-    for (const Activation& act : {none, relu, clip, leaky}) {
+    for (const Activation& act : acts) {
       const int64_t CB = nc::blocks(c.C), HW = c.H * c.W;
       auto x = test::rnd(c.N * c.C * HW, rng);
       std::vector<float> sc(size_t(CB * 16), 0.f), sh(size_t(CB * 16), 0.f);
@@ -403,6 +418,11 @@ TEST(NchwcScaleShift, MatchesPerChannelAffine) {
       std::copy(t0.begin(), t0.end(), sh.begin());
       std::vector<float> xb(size_t(c.N * CB * 16 * HW));
       nc::to_blocked(kernels::Isa::Portable, x.data(), c.N, c.C, HW, xb.data(), nullptr);
+      std::vector<float> want(x.size());  // NCHW
+      for (size_t i = 0; i < x.size(); ++i) {
+        const size_t ch = i / size_t(HW) % size_t(c.C);
+        want[i] = kernels::apply_activation(act, x[i] * s0[ch] + t0[ch]);
+      }
       for (kernels::Isa isa : test::isas())
         for (auto& pool : pools)
           for (bool in_place : {false, true}) {
@@ -417,10 +437,10 @@ TEST(NchwcScaleShift, MatchesPerChannelAffine) {
                     ASSERT_EQ(got, 0.f) << "padding channel " << ch << " of C" << c.C;
                     continue;
                   }
-                  const float want =
-                      kernels::apply_activation(act, x[size_t((n * c.C + ch) * HW + p)] * s0[size_t(ch)] + t0[size_t(ch)]);
-                  ASSERT_NEAR(got, want, 1e-5f * (1.f + std::fabs(want)))
-                      << "C" << c.C << " " << c.H << "x" << c.W << " isa " << int(isa) << " act " << int(act.kind);
+                  const float w = want[size_t((n * c.C + ch) * HW + p)];
+                  ASSERT_NEAR(got, w, 1e-5f * (1.f + std::fabs(w)))
+                      << "C" << c.C << " " << c.H << "x" << c.W << " isa " << int(isa) << " act " << int(act.kind)
+                      << " threads " << (pool ? pool->threads() : 1);
                 }
           }
     }

@@ -61,7 +61,11 @@ const UnaryCase kUnary[] = {
     {UnaryOp::HardSigmoid, "HardSigmoid", {0.2f, 0.5f}, [](double v, const auto& p) { return std::max(0.0, std::min(1.0, double(p.alpha) * v + double(p.beta))); }, 1e-6, 5e-7},
     {UnaryOp::HardSwish, "HardSwish", {}, [](double v, const auto&) { return v * std::max(0.0, std::min(1.0, v / 6 + 0.5)); }, 1e-6, 5e-7},
     {UnaryOp::Sigmoid, "Sigmoid", {}, [](double v, const auto&) { return 1 / (1 + std::exp(-v)); }, 2e-7, 0},
-    {UnaryOp::Swish, "Swish", {1.0f, 0}, [](double v, const auto&) { return v / (1 + std::exp(-v)); }, 4e-7, 1e-30},
+    // x * sigmoid(alpha * x) with alpha * x rounded to float, as the kernel computes it (exact for
+    // alpha 1). That rounding (6e-8 relative) moves sigmoid by (1 - s)|alpha x| * 6e-8 relative, past
+    // 4e-7 where alpha x < -6.7: inside this range with alpha 1.702 (QuickGELU's).
+    {UnaryOp::Swish, "Swish", {1.0f, 0}, [](double v, const auto& p) { return v / (1 + std::exp(-double(float(p.alpha * v)))); }, 4e-7, 1e-30},
+    {UnaryOp::Swish, "Swish alpha 1.702", {1.702f, 0}, [](double v, const auto& p) { return v / (1 + std::exp(-double(float(p.alpha * v)))); }, 4e-7, 1e-30},
     {UnaryOp::Tanh, "Tanh", {}, [](double v, const auto&) { return std::tanh(v); }, 3e-7, 0},
     {UnaryOp::Exp, "Exp", {}, [](double v, const auto&) { return std::exp(v); }, 2e-7, 0},
     {UnaryOp::Erf, "Erf", {}, [](double v, const auto&) { return std::erf(v); }, 0, 4e-7},
@@ -383,18 +387,19 @@ Tensor as_double(const Tensor& t) {
 
 // Runs op on float32 inputs (fast path) with 1, 2, 3 threads and on float64 copies (reference);
 // float32 results must match the reference within tol (abs + rel) and each other exactly.
+// as_is[i]: input i goes to the reference unconverted (integer inputs); output: the output checked.
 void check_op(const std::string& op, int opset, const std::vector<Tensor>& fin, const std::vector<Attribute>& attrs,
-              double tol, const std::string& what, std::vector<bool> as_is = {}) {
+              double tol, const std::string& what, std::vector<bool> as_is = {}, int output = 0) {
   std::vector<Value> fv, dv;
   for (size_t i = 0; i < fin.size(); ++i) {
     bool keep = i < as_is.size() && as_is[i];
     fv.push_back(fin[i].defined() ? Value(fin[i]) : Value());
     dv.push_back(fin[i].defined() ? Value(keep ? fin[i] : as_double(fin[i])) : Value());
   }
-  Tensor ref = run_op_threads(op, opset, dv, attrs, 1)[0].tensor;
+  Tensor ref = run_op_threads(op, opset, dv, attrs, 1, output + 1)[size_t(output)].tensor;
   Tensor y1;
   for (int threads : {1, 2, 3}) {
-    Tensor y = run_op_threads(op, opset, fv, attrs, threads)[0].tensor;
+    Tensor y = run_op_threads(op, opset, fv, attrs, threads, output + 1)[size_t(output)].tensor;
     ASSERT_EQ(y.dtype(), DType::Float) << what;
     ASSERT_EQ(y.shape(), ref.shape()) << what;
     for (int64_t i = 0; i < y.numel(); ++i) {
@@ -465,6 +470,11 @@ TEST(KernelsVecOps, Activations) {
     check_op("Tanh", 13, {x}, {}, 3e-7, "Tanh " + sh);
     check_op("HardSigmoid", 6, {x}, {attr("alpha", 0.3f), attr("beta", 0.4f)}, 1e-6, "HardSigmoid " + sh);
     check_op("HardSwish", 14, {x}, {}, 1e-6, "HardSwish " + sh);
+    // Swish-24: x * sigmoid(alpha * x), alpha 1 by default. 4e-7: sigmoid's 1.8e-7 and the product's
+    // rounding; with alpha 1.702 also the float rounding of alpha * x (6e-8 relative), which moves
+    // y = x s by |x| s (1 - s)|alpha x| * 6e-8 <= 1.6e-8 absolute (that product peaks at 0.26).
+    check_op("Swish", 24, {x}, {}, 4e-7, "Swish " + sh);
+    check_op("Swish", 24, {x}, {attr("alpha", 1.702f)}, 4e-7, "Swish alpha 1.702 " + sh);
     check_op("Exp", 13, {x}, {}, 2e-7, "Exp " + sh);
     check_op("Erf", 13, {x}, {}, 4e-7, "Erf " + sh);
     check_op("Gelu", 20, {x}, {}, 2e-6, "Gelu " + sh);
@@ -653,6 +663,53 @@ TEST(KernelsVecOps, RecurrentLstmGru) {
   }
 }
 
+// Plain RNN's float32 path (the gemv row kernel for X_t W^T + Wb and H_{t-1} R^T + Rb, 4 rows a
+// pass, then the activation per element) against the op on float64 input (plain loops in double),
+// outputs Y and Y_h: forward, reverse and bidirectional; with and without initial_h and
+// sequence_lens (a 0 length too: zero Y_h and Y); layout 1; Relu per direction and clip; hidden
+// sizes around the 4-row blocks. The op runs without the pool (check_op still tries 1-3 threads).
+TEST(KernelsVecOps, RecurrentRnn) {
+  std::mt19937 rng(22);
+  struct R {
+    int64_t S, B, I, H;
+    const char* dir;
+    bool h0;
+    std::vector<int32_t> lens;  // empty: no sequence_lens
+    int64_t layout;
+    Strings acts;  // empty: the default (Tanh)
+    float clip;    // 0: none
+  };
+  const R cases[] = {
+      {1, 1, 64, 64, "forward", false, {}, 0, {}, 0.f},
+      {6, 2, 5, 1, "forward", true, {}, 0, {}, 0.f},
+      {7, 3, 13, 17, "bidirectional", true, {7, 3, 5}, 0, {}, 0.f},
+      {5, 4, 33, 9, "reverse", false, {5, 0, 2, 1}, 0, {}, 0.f},
+      {8, 1, 19, 23, "reverse", true, {}, 0, {}, 0.f},
+      {4, 3, 11, 6, "bidirectional", true, {}, 1, {"Relu", "Tanh"}, 0.f},
+      {5, 2, 7, 10, "bidirectional", false, {4, 5}, 1, {}, 0.5f},
+  };
+  for (const R& c : cases) {
+    const int64_t nd = std::string(c.dir) == "bidirectional" ? 2 : 1;
+    const std::string what = std::string(c.dir) + " S" + std::to_string(c.S) + " B" + std::to_string(c.B) + " I" +
+                             std::to_string(c.I) + " H" + std::to_string(c.H) + (c.h0 ? " h0" : "") +
+                             (c.lens.empty() ? "" : " lens") + " layout " + std::to_string(c.layout) +
+                             (c.acts.empty() ? "" : " " + c.acts[0]) + (c.clip > 0 ? " clip" : "");
+    Tensor X = rand_tensor(rng, c.layout ? Shape{c.B, c.S, c.I} : Shape{c.S, c.B, c.I}, -1.f, 1.f);
+    Tensor W = rand_tensor(rng, {nd, c.H, c.I}, -0.3f, 0.3f), Rm = rand_tensor(rng, {nd, c.H, c.H}, -0.3f, 0.3f);
+    Tensor B = rand_tensor(rng, {nd, 2 * c.H}, -0.5f, 0.5f);
+    Tensor h0 = c.h0 ? rand_tensor(rng, c.layout ? Shape{c.B, nd, c.H} : Shape{nd, c.B, c.H}, -1.f, 1.f) : Tensor();
+    Tensor lens = c.lens.empty() ? Tensor() : Tensor::from_vector<int32_t>(c.lens, {c.B});
+    std::vector<Attribute> at = {attr("hidden_size", c.H), attr("direction", c.dir), attr("layout", c.layout)};
+    if (!c.acts.empty()) at.push_back(attr("activations", c.acts));
+    if (c.clip > 0) at.push_back(attr("clip", c.clip));
+    const std::vector<bool> as_is = {false, false, false, false, true, false};  // sequence_lens stays int32
+    // 2e-6 as for LSTM / GRU: float sums of I + H (up to 128) products of |w x| <= 0.3, their
+    // rounding carried through up to 8 steps (1.6e-7 measured).
+    check_op("RNN", 14, {X, W, Rm, B, lens, h0}, at, 2e-6, "RNN Y " + what, as_is, 0);
+    check_op("RNN", 14, {X, W, Rm, B, lens, h0}, at, 2e-6, "RNN Y_h " + what, as_is, 1);
+  }
+}
+
 
 // The 2-D pooling kernel: every ISA build and 1-3 threads give bit-identical results (same
 // operations in the same order), on widths around the vector lengths (tails), strides 1, 2 and 3,
@@ -739,30 +796,61 @@ TEST(KernelsVec, Pool2dEveryIsaAndThreadCount) {
       }
 }
 
+// Row-major strides (in elements) of shape s.
+std::vector<int64_t> strides_of(const Shape& s) {
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
+  return st;
+}
+
+// Calls f(out_index, in_offset) for each element of shape os in row-major order;
+// in_offset = base + sum idx[d] * st[d].
+template <class F>
+void walk(const Shape& os, const std::vector<int64_t>& st, int64_t base, F&& f) {
+  std::vector<int64_t> idx(os.size(), 0);
+  const int64_t n = shape_numel(os);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = base;
+    for (size_t d = 0; d < os.size(); ++d) off += idx[d] * st[d];
+    f(i, off);
+    for (size_t d = os.size(); d-- > 0;) {
+      if (++idx[d] < os[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// y has shape os and x's dtype, and element i of y is, byte for byte, element
+// base + sum idx[d] * st[d] of x (idx: i's index in os).
+void expect_gather(const Tensor& y, const Tensor& x, const Shape& os, const std::vector<int64_t>& st, int64_t base,
+                   const std::string& what) {
+  ASSERT_EQ(y.shape(), os) << what;
+  ASSERT_EQ(y.dtype(), x.dtype()) << what;
+  const size_t es = dtype_size(x.dtype());
+  const auto* xb = static_cast<const uint8_t*>(x.raw());
+  const auto* yb = static_cast<const uint8_t*>(y.raw());
+  bool ok = true;
+  int64_t bad = -1;
+  walk(os, st, base, [&](int64_t i, int64_t off) {
+    if (ok && std::memcmp(yb + size_t(i) * es, xb + size_t(off) * es, es) != 0) ok = false, bad = i;
+  });
+  ASSERT_TRUE(ok) << what << ": element " << bad;
+}
+
+// A tensor of dt (a fixed-size type) holding random bytes: every element's bit pattern is random,
+// so a copy that misplaces elements or mixes bytes of two shows.
+Tensor rand_bytes(std::mt19937& rng, DType dt, const Shape& s) {
+  Tensor t(dt, s);
+  auto* p = static_cast<uint8_t*>(t.raw());
+  for (size_t i = 0; i < t.nbytes(); ++i) p[i] = uint8_t(rng() >> 24);
+  return t;
+}
+
 // Copy-style ops (Transpose that keeps the last axes, Slice with steps, Split, Concat, Expand)
 // against a direct index computation, on 1-3 threads, with sizes large enough to be split over
 // the pool and odd ones; float32 and a 2-byte and an 8-byte type (the byte-level copy).
 TEST(KernelsVecOps, CopyOpsAgainstIndexing) {
   std::mt19937 rng(14);
-  auto strides_of = [](const Shape& s) {
-    std::vector<int64_t> st(s.size(), 1);
-    for (size_t d = s.size(); d-- > 1;) st[d - 1] = st[d] * s[d];
-    return st;
-  };
-  // Calls f(out_index, in_offset) for each output element; in_offset = base + sum idx[d] * st[d].
-  auto walk = [](const Shape& os, const std::vector<int64_t>& st, int64_t base, auto&& f) {
-    std::vector<int64_t> idx(os.size(), 0);
-    const int64_t n = shape_numel(os);
-    for (int64_t i = 0; i < n; ++i) {
-      int64_t off = base;
-      for (size_t d = 0; d < os.size(); ++d) off += idx[d] * st[d];
-      f(i, off);
-      for (size_t d = os.size(); d-- > 0;) {
-        if (++idx[d] < os[d]) break;
-        idx[d] = 0;
-      }
-    }
-  };
   auto typed = [&](const Tensor& f, DType dt) {
     if (dt == DType::Float) return f;
     Tensor t(dt, f.shape());
@@ -771,20 +859,6 @@ TEST(KernelsVecOps, CopyOpsAgainstIndexing) {
       else t.data<int16_t>()[i] = int16_t(f.data<float>()[i] * 1000);
     }
     return t;
-  };
-  auto expect_gather = [&](const Tensor& y, const Tensor& x, const Shape& os, const std::vector<int64_t>& st,
-                           int64_t base, const std::string& what) {
-    ASSERT_EQ(y.shape(), os) << what;
-    ASSERT_EQ(y.dtype(), x.dtype()) << what;
-    const size_t es = dtype_size(x.dtype());
-    const auto* xb = static_cast<const uint8_t*>(x.raw());
-    const auto* yb = static_cast<const uint8_t*>(y.raw());
-    bool ok = true;
-    int64_t bad = -1;
-    walk(os, st, base, [&](int64_t i, int64_t off) {
-      if (ok && std::memcmp(yb + size_t(i) * es, xb + size_t(off) * es, es) != 0) ok = false, bad = i;
-    });
-    ASSERT_TRUE(ok) << what << ": element " << bad;
   };
   for (DType dt : {DType::Float, DType::Int16, DType::Int64})
     for (int threads : {1, 2, 3}) {
@@ -854,6 +928,106 @@ TEST(KernelsVecOps, CopyOpsAgainstIndexing) {
         expect_gather(e, b, {3, 4, 1001}, {bs[0], 0, 1}, 0, "Expand" + tw);
       }
     }
+}
+
+// Transpose of 1-, 2- and 8-byte elements (uint8 / int8, float16 / int16, int64 / double) against
+// a direct index computation, on 1-3 threads. transpose_fast takes a perm that is a batched 2-D
+// transpose once size-1 axes are dropped and adjacent ones merged: 16x16 tiles, tile rows of all
+// batches in chunks of 16384 / (16 * C) (C: the merged inner input extent), so each of these is
+// several chunks: [37, 1001] (3 tile rows, a chunk each), [3, 67, 129] (15 in chunks of 7), NCHW
+// -> NHWC [2, 53, 9, 31] (8 in chunks of 3), NHWC -> NCHW [2, 45, 47, 21] (266 in chunks of 48),
+// [1, 300, 1, 77] with size-1 axes (19 in chunks of 13). The others take the byte-level strided
+// copy: fewer than 64 elements, and a full reversal (rows gathered with inner stride 41 * 67, in
+// chunks of 64 KB: 2, 3 and 12 chunks for 1, 2 and 8 bytes).
+TEST(KernelsVecOps, TransposeEveryElementSize) {
+  std::mt19937 rng(23);
+  const std::vector<std::pair<Shape, Ints>> cases = {
+      {{37, 1001}, {1, 0}},           {{3, 67, 129}, {0, 2, 1}},       {{2, 53, 9, 31}, {0, 2, 3, 1}},
+      {{2, 45, 47, 21}, {0, 3, 1, 2}}, {{1, 300, 1, 77}, {3, 2, 1, 0}}, {{5, 7}, {1, 0}},
+      {{33, 41, 67}, {2, 1, 0}},
+  };
+  for (DType dt : {DType::Uint8, DType::Int8, DType::Float16, DType::Int16, DType::Int64, DType::Double})
+    for (auto& [shape, perm] : cases) {
+      Tensor x = rand_bytes(rng, dt, shape);
+      std::vector<int64_t> xs = strides_of(shape), st;
+      Shape os;
+      for (int64_t a : perm) os.push_back(shape[size_t(a)]), st.push_back(xs[size_t(a)]);
+      for (int threads : {1, 2, 3}) {
+        Tensor y = run_op_threads("Transpose", 13, {x}, {attr("perm", perm)}, threads)[0].tensor;
+        ASSERT_NO_FATAL_FAILURE(expect_gather(y, x, os, st, 0,
+                                              std::string("Transpose ") + dtype_name(dt) + " " + shape_str(shape) +
+                                                  " perm " + shape_str(perm) + " threads " + std::to_string(threads)));
+      }
+    }
+}
+
+// The byte-level copies with 1-byte elements (uint8), sized so that their 64 KB chunks split over
+// 2 and 3 threads: Slice with steps (rows gathered with inner stride 2: 532 rows of 257 bytes,
+// chunks of 255 rows) and with a contiguous inner run (memcpy: 228 rows of 1000 bytes, chunks of
+// 65), Split along the last axis into unequal parts (rows of 500, 1 and 530 bytes), Expand of a
+// middle axis (160 rows of 1001 bytes) and of the last one (stride 0: 300 rows of 257 bytes), and
+// Concat (its own copier: 64 KB ranges of output rows) along axis 1 (40 rows of 21021 bytes, 3 a
+// range) and axis 0 (one row of 210003 bytes: 4 ranges); against a direct index computation.
+TEST(KernelsVecOps, CopyOpsOneByteElements) {
+  std::mt19937 rng(24);
+  const DType u8 = DType::Uint8;
+  auto i64 = [](Ints v) { return Tensor::from_vector<int64_t>(v); };
+  for (int threads : {1, 2, 3}) {
+    const std::string tw = " threads " + std::to_string(threads);
+    {
+      const Shape shape = {9, 400, 517};
+      Tensor x = rand_bytes(rng, u8, shape);
+      const std::vector<int64_t> xs = strides_of(shape);
+      Tensor y = run_op_threads("Slice", 13, {x, i64({1, 399, 3}), i64({9, 0, 516}), i64({0, 1, 2}), i64({2, -3, 2})}, {},
+                                threads)[0].tensor;
+      ASSERT_NO_FATAL_FAILURE(
+          expect_gather(y, x, {4, 133, 257}, {2 * xs[0], -3 * xs[1], 2}, xs[0] + 399 * xs[1] + 3, "Slice steps" + tw));
+    }
+    {
+      const Shape shape = {6, 50, 1031};
+      Tensor x = rand_bytes(rng, u8, shape);
+      Tensor y = run_op_threads("Slice", 13, {x, i64({7, 0}), i64({45, 1000}), i64({1, 2})}, {}, threads)[0].tensor;
+      ASSERT_NO_FATAL_FAILURE(expect_gather(y, x, {6, 38, 1000}, strides_of(shape), 7 * 1031, "Slice contiguous" + tw));
+    }
+    {
+      const Shape shape = {5, 41, 1031};
+      Tensor x = rand_bytes(rng, u8, shape);
+      const int64_t parts[3] = {500, 1, 530};
+      std::vector<Value> ys = run_op_threads("Split", 13, {x, i64({parts[0], parts[1], parts[2]})}, {attr("axis", 2)}, threads, 3);
+      int64_t start = 0;
+      for (int i = 0; i < 3; ++i) {
+        ASSERT_NO_FATAL_FAILURE(expect_gather(ys[size_t(i)].tensor, x, {5, 41, parts[i]}, strides_of(shape), start,
+                                              "Split part " + std::to_string(i) + tw));
+        start += parts[i];
+      }
+    }
+    {
+      Tensor b = rand_bytes(rng, u8, {40, 1, 1001}), c = rand_bytes(rng, u8, {300, 1});
+      Tensor e = run_op_threads("Expand", 13, {b, i64({40, 4, 1001})}, {}, threads)[0].tensor;
+      ASSERT_NO_FATAL_FAILURE(expect_gather(e, b, {40, 4, 1001}, {1001, 0, 1}, 0, "Expand axis 1" + tw));
+      Tensor f = run_op_threads("Expand", 13, {c, i64({300, 257})}, {}, threads)[0].tensor;
+      ASSERT_NO_FATAL_FAILURE(expect_gather(f, c, {300, 257}, {1, 0}, 0, "Expand last axis" + tw));
+    }
+    // Concat: each input is, element for element, its block of the output.
+    for (const auto& [axis, shapes] : std::vector<std::pair<int64_t, std::vector<Shape>>>{
+             {1, {{40, 3, 1001}, {40, 1, 1001}, {40, 17, 1001}}}, {0, {{2, 70001}, {1, 70001}}}}) {
+      std::vector<Tensor> in;
+      std::vector<Value> vals;
+      for (const Shape& sh : shapes) in.push_back(rand_bytes(rng, u8, sh)), vals.push_back(in.back());
+      Tensor y = run_op_threads("Concat", 13, vals, {attr("axis", axis)}, threads)[0].tensor;
+      Shape os = shapes[0];
+      os[size_t(axis)] = 0;
+      for (const Shape& sh : shapes) os[size_t(axis)] += sh[size_t(axis)];
+      ASSERT_EQ(y.shape(), os) << "Concat axis " << axis << tw;
+      const std::vector<int64_t> ys = strides_of(os);
+      int64_t at = 0;
+      for (size_t k = 0; k < in.size(); ++k) {
+        ASSERT_NO_FATAL_FAILURE(expect_gather(in[k], y, in[k].shape(), ys, at * ys[size_t(axis)],
+                                              "Concat axis " + std::to_string(axis) + " input " + std::to_string(k) + tw));
+        at += in[k].dim(int(axis));
+      }
+    }
+  }
 }
 
 
@@ -935,6 +1109,99 @@ TEST(KernelsVecOps, BatchNormFoldedAtLoad) {
   Tensor got2 = run(*prepared, {x, sc2, bi, mu, var});
   ASSERT_EQ(0, std::memcmp(got2.raw(), want2.raw(), want2.nbytes()));
   ASSERT_NE(0, std::memcmp(got2.raw(), want.raw(), want.nbytes()));
+}
+
+// basalt::FusedBatchNormalization on float32 (per plane: the affine row kernel, then the
+// activation's row kernel in place) against BatchNormalization followed by the activation op, bit
+// for bit (the same row kernels on the same values; they compute each element alike wherever it
+// falls in a row), for every activation the fused op takes, with default and given params, at 1-3
+// threads. Planes go to the pool in chunks of 16384 / S planes (S: plane size), so [2, 131, 13, 11]
+// (262 planes of 143, chunks of 114) and [7001, 5] (planes of one element, chunks of 16384) are 3
+// chunks that start mid-image, and [1, 3, 131, 129] a chunk per plane; odd channel counts.
+TEST(KernelsVecOps, FusedBatchNormMatchesBatchNormThenActivation) {
+  std::mt19937 rng(21);
+  struct A {
+    const char* name;  // the activation attribute
+    Floats params;     // activation_params
+    const char* op;    // the standalone op (nullptr: none)
+    int opset;
+    std::vector<Attribute> attrs;
+  };
+  const std::vector<A> acts = {
+      {"", {}, nullptr, 0, {}},
+      {"Relu", {}, "Relu", 14, {}},
+      {"Clip", {-0.5f, 0.75f}, "Clip", 6, {attr("min", -0.5f), attr("max", 0.75f)}},
+      {"Clip", {0.f}, "Clip", 6, {attr("min", 0.f)}},
+      {"HardSigmoid", {}, "HardSigmoid", 6, {}},
+      {"HardSigmoid", {0.3f, 0.4f}, "HardSigmoid", 6, {attr("alpha", 0.3f), attr("beta", 0.4f)}},
+      {"HardSwish", {}, "HardSwish", 14, {}},
+      {"Sigmoid", {}, "Sigmoid", 13, {}},
+      {"LeakyRelu", {}, "LeakyRelu", 16, {}},
+      {"LeakyRelu", {0.2f}, "LeakyRelu", 16, {attr("alpha", 0.2f)}},
+      {"Tanh", {}, "Tanh", 13, {}},
+  };
+  for (const Shape& s : {Shape{1, 7, 5, 3}, Shape{2, 131, 13, 11}, Shape{1, 3, 131, 129}, Shape{7001, 5}, Shape{2, 9, 4, 3, 5}}) {
+    const int64_t C = s[1];
+    Tensor x = rand_tensor(rng, s);
+    Tensor sc = rand_tensor(rng, {C}, 0.5f, 1.5f), bi = rand_tensor(rng, {C}), mu = rand_tensor(rng, {C}),
+           var = rand_tensor(rng, {C}, 0.1f, 2.f);
+    for (int threads : {1, 2, 3}) {
+      Tensor bn = run_op_threads("BatchNormalization", 15, {x, sc, bi, mu, var}, {attr("epsilon", 1e-3f)}, threads)[0].tensor;
+      for (const A& a : acts) {
+        std::vector<Attribute> fat = {attr("epsilon", 1e-3f), attr("activation", a.name)};
+        if (!a.params.empty()) fat.push_back(attr("activation_params", a.params));
+        const std::string what = std::string("FusedBatchNormalization ") + (*a.name ? a.name : "none") + " " +
+                                 std::to_string(a.params.size()) + " params " + shape_str(s);
+        Tensor want = a.op ? run_op_threads(a.op, a.opset, {bn}, a.attrs, threads)[0].tensor : bn;
+        Tensor got = run_op("FusedBatchNormalization", 1, {x, sc, bi, mu, var}, fat, 1, "basalt", threads)[0].tensor;
+        ASSERT_EQ(got.dtype(), DType::Float) << what;
+        ASSERT_EQ(got.shape(), s) << what;
+        ASSERT_EQ(0, std::memcmp(got.raw(), want.raw(), want.nbytes())) << what << " threads " << threads;
+      }
+    }
+  }
+}
+
+// basalt::FusedBatchNormalization on float64 keeps float64 precision: against the double
+// BatchNormalization followed by the double activation op (the fused op used to round its result
+// to float32 before the activation: 7.7e-10 off after Relu, 1e-8 after Sigmoid).
+TEST(KernelsVecOps, FusedBatchNormFloat64KeepsDoublePrecision) {
+  std::mt19937 rng(22);
+  struct A {
+    const char* name;
+    Floats params;
+    const char* op;
+    int opset;
+    std::vector<Attribute> attrs;
+  };
+  const std::vector<A> acts = {
+      {"Relu", {}, "Relu", 14, {}},
+      {"Clip", {-0.5f, 0.75f}, "Clip", 6, {attr("min", -0.5f), attr("max", 0.75f)}},
+      {"HardSigmoid", {0.3f, 0.4f}, "HardSigmoid", 6, {attr("alpha", 0.3f), attr("beta", 0.4f)}},
+      {"HardSwish", {}, "HardSwish", 14, {}},
+      {"Sigmoid", {}, "Sigmoid", 13, {}},
+      {"LeakyRelu", {0.25f}, "LeakyRelu", 16, {attr("alpha", 0.25f)}},
+      {"Tanh", {}, "Tanh", 13, {}},
+  };
+  auto dbl = [&](Shape s, double lo, double hi) {
+    std::uniform_real_distribution<double> d(lo, hi);
+    Tensor t(DType::Double, std::move(s));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = d(rng);
+    return t;
+  };
+  const Shape s = {2, 5, 7, 3};
+  Tensor x = dbl(s, -4, 4), sc = dbl({5}, 0.5, 1.5), bi = dbl({5}, -1, 1), mu = dbl({5}, -1, 1), var = dbl({5}, 0.1, 2);
+  Tensor bn = run_op("BatchNormalization", 15, {x, sc, bi, mu, var}, {attr("epsilon", 1e-3f)})[0].tensor;
+  for (const A& a : acts) {
+    std::vector<Attribute> fat = {attr("epsilon", 1e-3f), attr("activation", a.name)};
+    if (!a.params.empty()) fat.push_back(attr("activation_params", a.params));
+    Tensor want = run_op(a.op, a.opset, {bn}, a.attrs)[0].tensor;
+    Tensor got = run_op("FusedBatchNormalization", 1, {x, sc, bi, mu, var}, fat, 1, "basalt")[0].tensor;
+    ASSERT_EQ(got.dtype(), DType::Double) << a.name;
+    ASSERT_EQ(got.shape(), s) << a.name;
+    for (int64_t i = 0; i < got.numel(); ++i)
+      ASSERT_NEAR(got.data<double>()[i], want.data<double>()[i], 1e-14) << a.name << " element " << i;
+  }
 }
 
 }  // namespace

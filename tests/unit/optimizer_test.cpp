@@ -793,6 +793,54 @@ TEST(OptimizerAffine, BatchNormActivationBecomesFusedBatchNormalization) {
   EXPECT_EQ(count_ops(*basic->model().graph, "BatchNormalization"), 1);
 }
 
+// A float64 BatchNormalization -> Clip stays unfused (the fused op's activation parameters are
+// float32: Clip's bound 0.1 would be rounded), with the reason in the report; the session's
+// output is the double BatchNormalization then Clip.
+TEST(OptimizerAffine, Float64BatchNormActivationIsNotFused) {
+  auto dtensor = [](Shape s, uint32_t seed, double lo, double hi) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> d(lo, hi);
+    Tensor t(DType::Double, std::move(s));
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<double>()[i] = d(rng);
+    return t;
+  };
+  Builder b;
+  b.input("X", {1, 3, 4, 4});
+  b.g->values[size_t(b.value("X"))].type.elem = DType::Double;
+  b.init("scale", dtensor({3}, 1, 0.5, 1.5));
+  b.init("bias", dtensor({3}, 2, -1, 1));
+  b.init("mean", dtensor({3}, 3, -1, 1));
+  b.init("var", dtensor({3}, 4, 0.5, 2));
+  Tensor lo(DType::Double, {}), hi(DType::Double, {});
+  lo.data<double>()[0] = -0.1;
+  hi.data<double>()[0] = 0.1;
+  b.init("lo", lo);
+  b.init("hi", hi);
+  b.node("BatchNormalization", {"X", "scale", "bias", "mean", "var"}, {"N"}, {}, "bn1");
+  b.node("Clip", {"N", "lo", "hi"}, {"Y"});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 2);
+  EXPECT_EQ(count_ops(*s->model().graph, "FusedBatchNormalization"), 0);
+  EXPECT_TRUE(rejected_with(report_of(*s), "BatchNormalization+Clip", "float64")) << "no rejection reason";
+  Tensor x = dtensor({1, 3, 4, 4}, 5, -3, 3);
+  Tensor y = s->run({{"X", Value(x)}})[0].tensor;
+  ASSERT_EQ(y.dtype(), DType::Double);
+  const double* sc = b.g->values[size_t(b.value("scale"))].initializer.data<double>();
+  const double* bi = b.g->values[size_t(b.value("bias"))].initializer.data<double>();
+  const double* mu = b.g->values[size_t(b.value("mean"))].initializer.data<double>();
+  const double* va = b.g->values[size_t(b.value("var"))].initializer.data<double>();
+  int hits_bound = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t c = i / 16;
+    const double n = (x.data<double>()[i] - mu[c]) / std::sqrt(va[c] + double(1e-5f)) * sc[c] + bi[c];
+    const double want = std::min(std::max(n, -0.1), 0.1);
+    hits_bound += std::fabs(want) == 0.1;
+    ASSERT_NEAR(y.data<double>()[i], want, 1e-14) << i;
+  }
+  EXPECT_GT(hits_bound, 0);  // the bounds matter: a float32 0.1 would be 1.5e-9 off
+}
+
 // Spelled-out HardSwish after a conv: x * Clip(x + 3, 0, 6) / 6 (Clip-11 bounds as inputs).
 Builder conv_hardswish(float three, bool extra_consumer) {
   Builder b;
