@@ -206,6 +206,8 @@ int cmd_bench(const std::vector<std::string>& args) {
     j["plan_cache_misses"] = ms.plan_cache_misses;
     j["plan_cache_evictions"] = ms.plan_cache_evictions;
     j["arena_bytes"] = ms.arena_bytes;
+    j["arena_maps"] = ms.arena_maps;
+    j["arena_grows"] = ms.arena_grows;
     j["dynamic_pool_hits"] = ms.dynamic_pool_hits;
     j["dynamic_pool_misses"] = ms.dynamic_pool_misses;
     j["dynamic_pool_held_bytes"] = ms.dynamic_pool_held_bytes;

@@ -12,7 +12,8 @@
 // uniform [-1,1) unless --fill says otherwise; other inputs are made as `basalt run` makes them).
 // Per size: {h, w, first_ms (first run at that size), repeat_ms (median of R more runs),
 // rss_mb (VmRSS after the size ran and its outputs were freed), rss_anon_mb (its anonymous part),
-// peak_mb (peak during that size), plan cache counters}. Summary: {base_rss_mb (before load),
+// peak_mb (peak during that size), plan cache counters, arena_bytes, arena_maps and arena_grows
+// (so far: a size that grew the arena shows it)}. Summary: {base_rss_mb (before load),
 // create_ms, rss_after_load_mb, peak_rss_mb (whole command), rss_after_last_size_mb,
 // rss_after_release_mb (session destroyed), base_rss_anon_mb, rss_anon_after_release_mb, sizes,
 // peak_source, plan_cache_bound}.
@@ -58,6 +59,8 @@ void add_plan_cache(nlohmann::ordered_json& j, const MemoryStats& m) {
   j["plan_cache_misses"] = m.plan_cache_misses;
   j["plan_cache_evictions"] = m.plan_cache_evictions;
   j["arena_bytes"] = m.arena_bytes;
+  j["arena_maps"] = m.arena_maps;
+  j["arena_grows"] = m.arena_grows;  // a larger size grew the arena in place (its first run pays the added pages)
 }
 
 // "736x1280" -> {736, 1280}; both positive.

@@ -89,6 +89,8 @@ if not missing:
     check("bench: peak RSS >= RSS after load > 0", j["peak_rss_mb"] >= j["rss_after_load_mb"] > 0, j)
     check("bench: threads, iters and model as asked", j["threads"] == 2 and j["iters"] == 7 and j["model"] == MLP, j)
     check("bench: no concurrency fields without --concurrency", "identical" not in j and "throughput_per_s" not in j, j)
+    check("bench: one arena for one shape (arena_maps 1, arena_grows 0)",
+          j.get("arena_maps") == 1 and j.get("arena_grows") == 0 and j.get("arena_bytes", 0) > 0, j)
     pool = [j.get(k) for k in ("pool_busy_detections", "pool_preempted_spins", "pool_apart_moves")]
     check("bench: thread pool counters are counts", all(isinstance(v, int) and v >= 0 for v in pool), pool)
     check("bench: names the kernels it ran", j.get("isa") in ("avx512", "avx2", "portable") and

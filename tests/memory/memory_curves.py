@@ -109,6 +109,17 @@ def test_shapes():
           rss_last <= 1.05 * rss_big,
           f"last {rss_last:.1f} MB, after {steps[big]['h']}x{steps[big]['w']} (size {big + 1}) {rss_big:.1f} MB, "
           f"ratio {rss_last / rss_big:.3f}")
+    # One arena for the whole curve: a larger size grows it in place (one grow per new largest
+    # plan), never a second mapping.
+    largest, grows_want = 0, 0
+    for i, l in enumerate(steps):
+        if l["arena_bytes"] > largest:
+            grows_want += i > 0
+            largest = l["arena_bytes"]
+    check("shapes (a): one arena, grown in place at each new largest size",
+          steps[-1]["arena_maps"] == 1 and steps[-1]["arena_grows"] == grows_want and grows_want >= 1,
+          f"arena_maps {steps[-1]['arena_maps']}, arena_grows {steps[-1]['arena_grows']} "
+          f"(sizes that raised the arena after the first: {grows_want}), arena {largest / 2**20:.1f} MB")
     entries = [l.get("plan_cache_entries", 0) for l in steps]
     misses = s.get("plan_cache_misses", 0)
     if misses == 0 and max(entries) == 0:
