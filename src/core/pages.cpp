@@ -149,28 +149,33 @@ void* map_pages(size_t bytes, bool huge, bool populate) {
 void* grow_pages(void* p, size_t old_bytes, size_t new_bytes, bool huge, bool populate) {
   const size_t old_len = page_round(old_bytes), len = page_round(new_bytes);
   if (!p || len <= old_len) return nullptr;
+  // Resize first, without MREMAP_FIXED: when the kernel refuses (a block made of parked pages may
+  // span several mappings; an address-space limit) nothing has changed, and the caller keeps its
+  // block. (With MREMAP_FIXED the target range is unmapped before the old one is checked, so a
+  // refusal would leave a hole another thread's mmap could take.)
+  void* q = mremap(p, old_len, len, MREMAP_MAYMOVE);
+  if (q == MAP_FAILED) return nullptr;
   if (huge && len >= kHugePage && huge_pages_wanted()) {
-    // An address range with room for a 2 MB aligned start (reserved, not backed), the block moved
-    // and resized onto it, then the slack on both sides unmapped. Both ends of the move being
-    // 2 MB aligned, huge pages move whole.
-    void* r = mmap(nullptr, len + kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (r == MAP_FAILED) return nullptr;
-    const uintptr_t lo = reinterpret_cast<uintptr_t>(r);
-    const uintptr_t a = (lo + kHugePage - 1) & ~(kHugePage - 1);
-    void* q = mremap(p, old_len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(a));
-    if (q == MAP_FAILED) {
-      munmap(r, len + kHugePage);
-      return nullptr;
+    if ((reinterpret_cast<uintptr_t>(q) & (kHugePage - 1)) != 0) {
+      // Move the (now single-mapping) block onto a 2 MB aligned start in a reserved range, then
+      // unmap the slack on both sides; both ends of the move aligned, huge pages move whole. If
+      // the move is refused the block stays where it is (valid, just not aligned) and only the
+      // slack is unmapped: the aligned part of the reservation is left alone (it may already be
+      // gone, and another mapping may sit there).
+      void* r = mmap(nullptr, len + kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (r != MAP_FAILED) {
+        const uintptr_t lo = reinterpret_cast<uintptr_t>(r);
+        const uintptr_t a = (lo + kHugePage - 1) & ~(kHugePage - 1);
+        void* m = mremap(q, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(a));
+        if (a > lo) munmap(r, a - lo);
+        const uintptr_t end = lo + len + kHugePage;
+        if (end > a + len) munmap(reinterpret_cast<void*>(a + len), end - (a + len));
+        if (m != MAP_FAILED) q = m;
+      }
     }
-    if (a > lo) munmap(r, a - lo);
-    const uintptr_t end = lo + len + kHugePage;
-    if (end > a + len) munmap(reinterpret_cast<void*>(a + len), end - (a + len));
     madvise(q, len, MADV_HUGEPAGE);  // a block that was under 2 MB was not marked
     return q;
   }
-  // A block made of parked pages may span several mappings, which mremap refuses: null then.
-  void* q = mremap(p, old_len, len, MREMAP_MAYMOVE);
-  if (q == MAP_FAILED) return nullptr;
   // The added pages faulted in by one call (MADV_POPULATE_WRITE, Linux 5.14); where the kernel
   // lacks it they fault in on first write as usual.
   if (populate) madvise(static_cast<char*>(q) + old_len, len - old_len, kPopulateWrite);

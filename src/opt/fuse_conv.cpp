@@ -472,10 +472,14 @@ void fuse_bn_activation(PassContext& ctx) {
       continue;
     }
     // The fused op carries the activation's parameters as float32 attributes: a float64 model's
-    // Clip bounds would be rounded. Its constant parameters tell a float64 BatchNormalization.
-    bool float64 = false;
-    for (size_t k = 1; k < bn.inputs.size(); ++k)
-      if (const Tensor* t = constant_of(g, bn.inputs[k])) float64 = float64 || t->dtype() == DType::Double;
+    // Clip bounds would be rounded. X's declared type tells a float64 BatchNormalization (opset 15
+    // lets the parameters' types differ from X's); where it is not declared, its constant
+    // parameters do.
+    const DType xt = bn.inputs[0] >= 0 ? g.values[size_t(bn.inputs[0])].type.elem : DType::Undefined;
+    bool float64 = xt == DType::Double;
+    if (xt == DType::Undefined)
+      for (size_t k = 1; k < bn.inputs.size(); ++k)
+        if (const Tensor* t = constant_of(g, bn.inputs[k])) float64 = float64 || t->dtype() == DType::Double;
     if (float64) {
       ctx.reject(pattern, bn, "float64 parameters (the fused activation's parameters are float32)");
       continue;

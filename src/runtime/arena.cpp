@@ -84,13 +84,15 @@ std::shared_ptr<Arena> ArenaPool::acquire(uint64_t bytes) {
   }
   if (a) {
     const uint64_t before = a->size();
-    // The arena is this run's alone now (out of idle_): grow it outside the lock.
-    if (a->grow(bytes)) {
+    // The arena is this run's alone now (out of idle_): grow it outside the lock. Not when a view
+    // of it escaped a run (a kernel kept one: ArenaRun::keep still holds it): growing may move
+    // its pages, and that view would then point at unmapped memory.
+    if (a.use_count() == 1 && a->grow(bytes)) {
       mapped_ += a->size() - before;
       ++grows_;
       return a;
     }
-    unmapped(before);  // the OS refused: a fresh arena instead
+    unmapped(before);  // the OS refused, or someone else holds it: a fresh arena instead
     a.reset();
   }
   try {

@@ -640,7 +640,7 @@ static void test_memory_stats_v5_arena_grows(void) {
   if (!s) { CHECK(0); return; }
   static float x[4096 * 256];
   for (int i = 0; i < 4096 * 256; ++i) x[i] = (float)((i * 7) % 13) - 6.0f;
-  const int64_t batches[3] = {1, 64, 4096}; /* the last one's arena is 4 MB: huge pages */
+  const int64_t batches[3] = {1, 64, 4096}; /* the last one's arena is 4 MB (huge pages where turned on) */
   for (int k = 0; k < 3; ++k) {
     int64_t shape[2] = {batches[k], 256};
     basalt_tensor* in = NULL;

@@ -7,6 +7,7 @@
 #include "pb_writer.hpp"
 
 #include "core/pages.hpp"
+#include "runtime/arena.hpp"
 #include "runtime/model.hpp"
 #include "runtime/planner.hpp"
 
@@ -271,6 +272,33 @@ TEST(MemoryPlan, LargerSizesGrowTheArena) {
   EXPECT_EQ(s->memory_stats().heap_fallbacks, 0u);
   }
   basalt::set_huge_pages_wanted(was);
+}
+
+// ArenaPool: a larger plan grows the idle arena (its contents move with it, maps stays 1), but not
+// one still held elsewhere (a view a kernel kept past its run): that one keeps its memory, valid,
+// and a new arena is mapped instead; mapped_bytes counts both while both live.
+TEST(MemoryPlan, ArenaPoolGrowsOnlyArenasNobodyElseHolds) {
+  ArenaPool pool;
+  auto a = pool.acquire(100000);
+  std::memset(a->data(), 0x5a, 100000);
+  pool.release(std::move(a));
+  auto b = pool.acquire(3000000);  // grown in place
+  EXPECT_EQ(pool.maps(), 1u);
+  EXPECT_EQ(pool.grows(), 1u);
+  EXPECT_EQ(static_cast<unsigned char>(b->data()[99999]), 0x5a);
+  EXPECT_EQ(static_cast<unsigned char>(b->data()[2999999]), 0);
+  EXPECT_EQ(pool.mapped_bytes(), b->size());
+  std::shared_ptr<Arena> escaped = b;  // a view kept past the run
+  pool.release(std::move(b));
+  auto c = pool.acquire(6000000);
+  EXPECT_EQ(pool.grows(), 1u);  // not grown: someone holds it
+  EXPECT_EQ(pool.maps(), 2u);
+  EXPECT_NE(c->data(), escaped->data());
+  EXPECT_EQ(static_cast<unsigned char>(escaped->data()[99999]), 0x5a);  // still mapped, contents kept
+  EXPECT_GE(c->size(), 6000000u);
+  EXPECT_EQ(pool.mapped_bytes(), c->size());  // the escaped one left the pool's account
+  pool.release(std::move(c));
+  escaped.reset();
 }
 
 TEST(MemoryPlan, PlanCacheBoundAndCounters) {
