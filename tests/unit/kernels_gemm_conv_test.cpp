@@ -362,6 +362,11 @@ k::Conv2dShape conv_shape(const ConvCase& c) {
 
 }  // namespace
 
+namespace {
+int check_conv(const k::Conv2dShape& s, std::mt19937& rng, const k::Activation& act, bool with_bias, bool with_resid,
+               const std::vector<std::unique_ptr<ThreadPool>>& ps, const std::string& what);  // below
+}  // namespace
+
 TEST(KernelsConv, EveryIsaMatchesReference) {
   std::vector<ConvCase> cases = {
       {1, 3, 9, 11, 5, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},       // 3x3 pad 1
@@ -411,35 +416,8 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
   auto ps = pools();
   int idx = 0;
   for (const ConvCase& c : cases) {
-    k::Conv2dShape s = conv_shape(c);
-    auto x = rnd(s.N * s.C * s.H * s.W, rng), w = rnd(s.M * s.Cg() * s.KH * s.KW, rng), b = rnd(s.M, rng);
-    int64_t ysz = s.N * s.M * s.OH * s.OW;
-    auto res = rnd(ysz, rng);
-    k::Activation act = acts[size_t(idx) % acts.size()];
-    const float* bias = idx % 2 ? b.data() : nullptr;
-    const float* resid = idx % 3 == 0 ? res.data() : nullptr;
-    std::vector<float> want(static_cast<size_t>(ysz)), absum(static_cast<size_t>(ysz));
-    k::conv2d_reference(s, x.data(), w.data(), bias, resid, act, want.data());
-    {
-      std::vector<float> xa(x.size()), wa(w.size());
-      for (size_t i = 0; i < x.size(); ++i) xa[i] = std::fabs(x[i]);
-      for (size_t i = 0; i < w.size(); ++i) wa[i] = std::fabs(w[i]);
-      k::conv2d_reference(s, xa.data(), wa.data(), nullptr, nullptr, k::Activation{}, absum.data());
-    }
-    for (k::Isa isa : isas()) {
-      const k::GemmArch& g = k::gemm_arch(isa);
-      k::PackedConvWeights pw = k::pack_conv_weights(g, s, w.data());
-      for (auto& pool : ps)
-        for (int packed = 0; packed < 2; ++packed) {
-          std::vector<float> ws(static_cast<size_t>(k::conv2d_workspace_floats(g, s, packed, pool ? pool->threads() : 1)) + 16);
-          std::vector<float> got(static_cast<size_t>(ysz), std::nanf(""));
-          k::conv2d(g, s, x.data(), w.data(), packed ? &pw : nullptr, bias, resid, act, got.data(), pool.get(), ws.data());
-          expect_close(got, want, absum,
-                       "case " + std::to_string(idx) + " " + k::isa_name(isa) + " threads=" +
-                           std::to_string(pool ? pool->threads() : 1) + " packed=" + std::to_string(packed));
-          if (HasFatalFailure()) return;
-        }
-    }
+    check_conv(conv_shape(c), rng, acts[size_t(idx) % acts.size()], idx % 2, idx % 3 == 0, ps, "case " + std::to_string(idx));
+    if (HasFatalFailure()) return;
     ++idx;
   }
 }

@@ -360,10 +360,10 @@ TEST(Winograd, BlockedMatchesReferenceOnOddShapes) {
   }
 }
 
-// Random shapes (fixed seed) in both layouts: F(2x2) and F(4x4), every ISA, 1, 2 and 3 threads,
+// Random shapes (fixed seed) in one layout: F(2x2) and F(4x4), every ISA, 1, 2 and 3 threads,
 // random bias / residual / activation, half of them with a post affine.
-TEST(Winograd, MatchesReferenceOnRandomShapes) {
-  std::mt19937 rng(20240611);
+static void check_random_winograd_shapes(uint32_t seed, bool blocked) {
+  std::mt19937 rng(seed);
   const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
   int runs = 0;
   for (int i = 0; i < 40; ++i) {
@@ -371,27 +371,16 @@ TEST(Winograd, MatchesReferenceOnRandomShapes) {
     ASSERT_TRUE(k::winograd_applicable(s)) << shape_desc(s);
     const k::Activation act = random_activation(rng);
     const bool bias = rng() % 2, resid = rng() % 3 == 0;
-    runs += check_winograd(s, rng, act, bias, resid, false, pools, "random case " + std::to_string(i) + " " + shape_desc(s));
-    if (HasFailure()) return;
+    runs += check_winograd(s, rng, act, bias, resid, blocked, pools,
+                           std::string(blocked ? "blocked " : "") + "random case " + std::to_string(i) + " " + shape_desc(s));
+    if (::testing::Test::HasFailure()) return;
   }
   EXPECT_EQ(runs, 40 * 2 * int(isas().size()) * int(pools.size()));
 }
 
-TEST(Winograd, BlockedMatchesReferenceOnRandomShapes) {
-  std::mt19937 rng(777001);
-  const std::vector<std::unique_ptr<ThreadPool>> pools = test::pools();
-  int runs = 0;
-  for (int i = 0; i < 40; ++i) {
-    const k::Conv2dShape s = random_winograd_shape(rng);
-    ASSERT_TRUE(k::winograd_applicable(s)) << shape_desc(s);
-    const k::Activation act = random_activation(rng);
-    const bool bias = rng() % 2, resid = rng() % 3 == 0;
-    runs += check_winograd(s, rng, act, bias, resid, true, pools,
-                           "blocked random case " + std::to_string(i) + " " + shape_desc(s));
-    if (HasFailure()) return;
-  }
-  EXPECT_EQ(runs, 40 * 2 * int(isas().size()) * int(pools.size()));
-}
+TEST(Winograd, MatchesReferenceOnRandomShapes) { check_random_winograd_shapes(20240611, false); }
+
+TEST(Winograd, BlockedMatchesReferenceOnRandomShapes) { check_random_winograd_shapes(777001, true); }
 
 // Every fused activation with a post affine (positive and negative scales, with and without a
 // shift; also the affine alone), bias and residual, through the NCHW and blocked output
