@@ -1,6 +1,7 @@
 #include "core/pages.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -180,6 +181,18 @@ void* grow_pages(void* p, size_t old_bytes, size_t new_bytes, bool huge, bool po
   // lacks it they fault in on first write as usual.
   if (populate) madvise(static_cast<char*>(q) + old_len, len - old_len, kPopulateWrite);
   return q;
+}
+
+void populate_pages(void* p, size_t bytes) {
+  if (!p || !bytes) return;
+  static const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p) & ~(uintptr_t(page) - 1);
+  const uintptr_t hi = reinterpret_cast<uintptr_t>(p) + bytes;
+  if (madvise(reinterpret_cast<void*>(lo), hi - lo, kPopulateWrite) == 0 || errno != EINVAL) return;
+  // (ENOMEM and the like: the pages are left to fault in when written, as without populating.)
+  // An atomic add of 0: a write access (one fault per page) that leaves the byte as it was.
+  for (uintptr_t a = std::max(lo, reinterpret_cast<uintptr_t>(p)); a < hi; a = (a | (page - 1)) + 1)
+    __atomic_fetch_add(reinterpret_cast<char*>(a), char(0), __ATOMIC_RELAXED);
 }
 
 void unmap_pages(void* p, size_t bytes) {

@@ -1,6 +1,7 @@
 #include "runtime/arena.hpp"
 
 #include "core/pages.hpp"
+#include "runtime/thread_pool.hpp"
 
 #include <basalt/error.hpp>
 #include <basalt/tensor.hpp>
@@ -23,6 +24,10 @@ namespace {
 // fault per page: a run writes the whole arena anyway).
 constexpr uint64_t kHugePage = kHugePageBytes;
 constexpr uint64_t kHugeArenaMin = 2 * kHugePage;
+// Populating in parallel: pieces of this size, from this many bytes up (below it, one thread's
+// madvise is a few hundred microseconds at most, and handing out the work costs a wake-up).
+constexpr uint64_t kPopulateChunk = uint64_t(256) << 10;
+constexpr uint64_t kParallelPopulateMin = uint64_t(1) << 20;
 }  // namespace
 
 namespace {
@@ -36,21 +41,38 @@ uint64_t arena_size(uint64_t bytes) {
 }
 }  // namespace
 
-Arena::Arena(uint64_t bytes) : size_(arena_size(bytes)) {
+Arena::Arena(uint64_t bytes, ThreadPool* pool) : size_(arena_size(bytes)) {
   const bool huge = size_ >= kHugeArenaMin && huge_pages_wanted();
-  base_ = static_cast<char*>(map_pages(size_, huge, /*populate=*/!huge));
+  const bool split = !huge && pool && pool->threads() > 1 && size_ >= kParallelPopulateMin;
+  base_ = static_cast<char*>(map_pages(size_, huge, /*populate=*/!huge && !split));
   if (!base_) BASALT_THROW(MemoryLimit, "cannot map a run arena of " + std::to_string(size_) + " bytes");
+  if (split) populate(0, pool);
   detail::count_allocation();
 }
 
-bool Arena::grow(uint64_t bytes) {
+bool Arena::populate(uint64_t from, ThreadPool* pool) {
+  const uint64_t len = size_ - from;
+  if (!pool || pool->threads() <= 1 || len < kParallelPopulateMin) return false;
+  char* base = base_ + from;
+  const uint64_t pieces = (len + kPopulateChunk - 1) / kPopulateChunk;
+  parallel_for(pool, int64_t(pieces), 1, [&](int64_t b, int64_t e) {
+    const uint64_t lo = uint64_t(b) * kPopulateChunk, hi = std::min(len, uint64_t(e) * kPopulateChunk);
+    populate_pages(base + lo, hi - lo);
+  });
+  return true;
+}
+
+bool Arena::grow(uint64_t bytes, ThreadPool* pool) {
   const uint64_t size = arena_size(bytes);
   if (size <= size_) return true;
   const bool huge = size >= kHugeArenaMin && huge_pages_wanted();
-  void* p = grow_pages(base_, size_, size, huge, /*populate=*/!huge);
+  const bool split = !huge && pool && pool->threads() > 1 && size - size_ >= kParallelPopulateMin;
+  void* p = grow_pages(base_, size_, size, huge, /*populate=*/!huge && !split);
   if (!p) return false;
+  const uint64_t old = size_;
   base_ = static_cast<char*>(p);
   size_ = size;
+  if (split) populate(old, pool);
   detail::count_allocation();
   return true;
 }
@@ -59,7 +81,7 @@ Arena::~Arena() {
   if (base_) unmap_pages(base_, size_);
 }
 
-std::shared_ptr<Arena> ArenaPool::acquire(uint64_t bytes) {
+std::shared_ptr<Arena> ArenaPool::acquire(uint64_t bytes, ThreadPool* pool) {
   std::shared_ptr<Arena> a;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -87,7 +109,7 @@ std::shared_ptr<Arena> ArenaPool::acquire(uint64_t bytes) {
     // The arena is this run's alone now (out of idle_): grow it outside the lock. Not when a view
     // of it escaped a run (a kernel kept one: ArenaRun::keep still holds it): growing may move
     // its pages, and that view would then point at unmapped memory.
-    if (a.use_count() == 1 && a->grow(bytes)) {
+    if (a.use_count() == 1 && a->grow(bytes, pool)) {
       mapped_ += a->size() - before;
       ++grows_;
       return a;
@@ -96,7 +118,7 @@ std::shared_ptr<Arena> ArenaPool::acquire(uint64_t bytes) {
     a.reset();
   }
   try {
-    a = std::make_shared<Arena>(bytes);
+    a = std::make_shared<Arena>(bytes, pool);
   } catch (...) {
     std::lock_guard<std::mutex> lock(mu_);
     --in_use_;

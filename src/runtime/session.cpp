@@ -349,7 +349,7 @@ std::vector<Value> Session::run_impl(const std::vector<std::pair<std::string, Va
     ar.limit = limit;
     ar.pool = impl_->dynamic.get();
     if (plan->arena_bytes) {
-      arena = impl_->arenas->acquire(plan->arena_bytes);
+      arena = impl_->arenas->acquire(plan->arena_bytes, impl_->pool.get());
       ar.base = arena->data();
       ar.size = plan->arena_bytes;
       ar.keep = arena;

@@ -10,6 +10,7 @@
 #include "runtime/arena.hpp"
 #include "runtime/model.hpp"
 #include "runtime/planner.hpp"
+#include "runtime/thread_pool.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -18,6 +19,9 @@
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 using namespace basalt;
 
@@ -299,6 +303,42 @@ TEST(MemoryPlan, ArenaPoolGrowsOnlyArenasNobodyElseHolds) {
   EXPECT_EQ(pool.mapped_bytes(), c->size());  // the escaped one left the pool's account
   pool.release(std::move(c));
   escaped.reset();
+}
+
+// An ArenaPool given a thread pool has the pages of a new or grown arena faulted in by the pool's
+// threads (Arena::populate): all resident at once, zero where new, contents kept where grown;
+// the same with 1, 2 and 3 threads and for sizes under the parallel threshold.
+TEST(MemoryPlan, ArenaPoolPopulatesWithThePoolsThreads) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  auto resident = [&](const Arena& a) {
+    std::vector<unsigned char> v((a.size() + page - 1) / page);
+    EXPECT_EQ(mincore(a.data(), a.size(), v.data()), 0);
+    size_t n = 0;
+    for (unsigned char c : v) n += c & 1;
+    return n * page;
+  };
+  const bool was = basalt::huge_pages_wanted();
+  basalt::set_huge_pages_wanted(false);  // huge arenas fault in on first touch instead
+  for (int threads : {1, 2, 3}) {
+    basalt::ThreadPool tp(threads);
+    ArenaPool pool;
+    auto a = pool.acquire(300000, &tp);  // under the parallel threshold
+    EXPECT_EQ(resident(*a), a->size()) << threads;
+    std::memset(a->data(), 0x3c, 300000);
+    pool.release(std::move(a));
+    auto b = pool.acquire((size_t(5) << 20) + 12345, &tp);  // grown: the added pages in parallel
+    EXPECT_EQ(pool.grows(), 1u) << threads;
+    EXPECT_EQ(resident(*b), b->size()) << threads;
+    EXPECT_EQ(static_cast<unsigned char>(b->data()[299999]), 0x3c) << threads;
+    for (uint64_t i = 300000; i < b->size(); i += 4099) ASSERT_EQ(b->data()[i], 0) << threads << " at " << i;
+    ArenaPool other;
+    auto c = other.acquire(size_t(7) << 20, &tp);  // a new arena, populated in parallel
+    EXPECT_EQ(resident(*c), c->size()) << threads;
+    for (uint64_t i = 0; i < c->size(); i += 4099) ASSERT_EQ(c->data()[i], 0) << threads << " at " << i;
+    other.release(std::move(c));
+    pool.release(std::move(b));
+  }
+  basalt::set_huge_pages_wanted(was);
 }
 
 TEST(MemoryPlan, PlanCacheBoundAndCounters) {

@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <cstring>
 #include <utility>
+#include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 using basalt::PageBuffer;
 
@@ -176,4 +180,34 @@ TEST(Pages, GrowKeepsContentsAndZeroFillsTheRest) {
       basalt::unmap_pages(c, 2 * MB);
     }
   }
+}
+
+// Pages of [p, p + bytes) that are resident (mincore).
+static size_t resident_pages(const void* p, size_t bytes) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> v((bytes + page - 1) / page);
+  if (mincore(const_cast<void*>(p), bytes, v.data()) != 0) return ~size_t(0);
+  size_t n = 0;
+  for (unsigned char c : v) n += c & 1;
+  return n;
+}
+
+// populate_pages faults in exactly the pages its range touches (an unaligned start and end
+// included) and keeps what they hold.
+TEST(Pages, PopulatePagesFaultsInTheRangeAndKeepsContents) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE)), len = 64 * page;
+  auto* p = static_cast<unsigned char*>(basalt::map_pages(len, false, /*populate=*/false));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(resident_pages(p, len), 0u);
+  p[5 * page + 7] = 0x77;  // one page written before
+  basalt::populate_pages(p + 3 * page + 100, 10 * page);  // pages 3..13
+  EXPECT_EQ(resident_pages(p, len), 11u);
+  EXPECT_EQ(resident_pages(p + 3 * page, 11 * page), 11u);
+  EXPECT_EQ(p[5 * page + 7], 0x77);
+  EXPECT_EQ(p[3 * page + 100], 0);
+  EXPECT_EQ(p[13 * page + 99], 0);
+  basalt::populate_pages(p, 0);  // nothing
+  basalt::populate_pages(nullptr, page);
+  EXPECT_EQ(resident_pages(p, len), 11u);
+  basalt::unmap_pages(p, len);
 }
