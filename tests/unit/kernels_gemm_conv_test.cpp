@@ -66,6 +66,11 @@ TEST(KernelsGemm, EveryIsaMatchesReferenceOnOddShapes) {
     int64_t M = sizes[rng() % 11], N = sizes[rng() % 11], K = sizes[rng() % 11];
     if (iter % 10 == 0) K = 300 + int64_t(rng() % 300);  // crosses the K block (256 to 512)
     if (iter % 15 == 1) N = 130 + int64_t(rng() % 200);
+    if (iter % 6 == 5) {  // large enough (~1-5M multiply-adds) that 2 and 3 threads split the tiles
+      M = 100 + int64_t(rng() % 150);
+      N = 70 + int64_t(rng() % 200);
+      K = 40 + int64_t(rng() % 100);
+    }
     bool ta = rng() % 2, tb = rng() % 2;
     auto A = rnd(M * K, rng), B = rnd(K * N, rng), rb = rnd(M, rng), cb = rnd(N, rng), res = rnd(M * N, rng);
     int64_t lda = ta ? M : K, ldb = tb ? K : N;
