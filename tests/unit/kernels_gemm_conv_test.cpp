@@ -415,6 +415,12 @@ TEST(KernelsConv, EveryIsaMatchesReference) {
       {1, 1027, 1, 1, 100, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},   // pointwise on a 1x1 image (classifier): GEMV route
       {2, 45, 2, 2, 70, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},      // pointwise on 2x2 (4 columns), N=2: GEMV route
       {1, 96, 1, 3, 40, 2, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0},      // grouped pointwise, 3 columns
+      // kxk with at most kGemvMaxCols outputs: plain im2col columns, GEMV route
+      {1, 1, 1, 576, 257, 1, 1, 256, 1, 128, 1, 1, 0, 0, 0, 0},  // 1-D, kernel 256 stride 128: 3 outputs (Silero's STFT)
+      {1, 129, 1, 4, 128, 1, 1, 3, 1, 1, 1, 1, 0, 1, 0, 1},    // 1-D kernel 3, padding both ends: 4 outputs
+      {2, 64, 1, 7, 37, 1, 1, 3, 1, 2, 1, 1, 0, 1, 0, 1},      // 1-D stride 2, N=2: 4 outputs each
+      {2, 7, 5, 5, 11, 1, 3, 3, 2, 2, 2, 2, 1, 1, 0, 0},       // 2-D stride 2 dilation 2: 1 output
+      {1, 12, 4, 4, 9, 3, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1},       // grouped 3x3 stride 2: 2x2 outputs
   };
   std::mt19937 rng(11);
   auto acts = activations();
