@@ -119,7 +119,8 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
       }
     return;
   }
-  if (out <= kGemvMaxCols && g.panel_gemv) {
+  // (Both copies of the columns fit in the packed-column buffer: 2 * out * K + alignment floats.)
+  if (out <= kGemvMaxCols && g.panel_gemv && 2 * out * K + 32 <= packed_b_floats(g, K, cols_max)) {
     // A few output pixels (a 1-D convolution over a short frame: Silero VAD's have 3-4): the
     // im2col columns are gathered plainly and sgemm's matrix-vector route streams each packed A
     // panel once with full vectors, instead of multiplying panels nr columns wide of which `out`
