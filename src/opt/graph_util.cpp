@@ -428,6 +428,23 @@ StaticShapes infer_static_shapes(const Graph& g) {
           }
           s = t;
         }
+      } else if (std_domain && op == "Transpose") {
+        // perm must be a permutation of the input's axes (default: reversed); symbols move along.
+        if (have[0]) {
+          const size_t r = in[0].size();
+          std::vector<int64_t> perm = n.attr_ints("perm", {});
+          if (perm.empty())
+            for (size_t i = 0; i < r; ++i) perm.push_back(int64_t(r - 1 - i));
+          std::vector<bool> used(r, false);
+          ok = perm.size() == r;
+          for (size_t i = 0; i < perm.size() && ok; ++i) {
+            ok = perm[i] >= 0 && perm[i] < int64_t(r) && !used[size_t(perm[i])];
+            if (ok) {
+              used[size_t(perm[i])] = true;
+              s.push_back(in[0][size_t(perm[i])]);
+            }
+          }
+        }
       } else if (std_domain && op == "Gemm") {
         if (have[0] && have[1] && in[0].size() == 2 && in[1].size() == 2) {
           s = {n.attr_int("transA", 0) ? in[0][1] : in[0][0], n.attr_int("transB", 0) ? in[1][0] : in[1][1]};

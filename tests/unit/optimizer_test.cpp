@@ -1223,6 +1223,48 @@ TEST(Prepare, FirstFailingNodeInGraphOrderIsReported) {
     }
 }
 
+// Static shapes pass through Transpose (perm, or reversed axes by default; symbols move along),
+// so a residual that went through a channel shuffle (Reshape -> Transpose -> Reshape, as in
+// ShuffleNet) is provably the Conv output's shape and Conv+Add+Relu folds; the outputs match.
+TEST(Optimizer, ResidualThroughChannelShuffleFolds) {
+  Builder b;
+  b.input("X", {1, 4, 5, 5});
+  b.init("W", random_tensor({4, 4, 3, 3}, 1));
+  b.init("s5", Tensor::from_vector<int64_t>({1, 2, 2, 5, 5}, Shape{5}));
+  b.init("s4", Tensor::from_vector<int64_t>({1, 4, 5, 5}, Shape{4}));
+  b.node("Reshape", {"X", "s5"}, {"r5"});
+  b.node("Transpose", {"r5"}, {"t5"}, {attr("perm", Ints{0, 2, 1, 3, 4})});
+  b.node("Reshape", {"t5", "s4"}, {"Z"});
+  b.node("Conv", {"X", "W"}, {"C"}, {attr("pads", Ints{1, 1, 1, 1})}, "conv");
+  b.node("Add", {"C", "Z"}, {"S"});
+  b.node("Relu", {"S"}, {"Y"});
+  b.output("Y");
+  std::string bytes = b.bytes();
+  auto s = open(bytes, 2);
+  if (!has_fused_conv_kernel()) GTEST_SKIP() << "no basalt::FusedConv kernel";
+  EXPECT_EQ(report_of(*s).fusions.at("Conv+Add+Relu"), 1);
+  EXPECT_EQ(count_ops(*s->model().graph, "Add"), 0);
+  expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 4, 5, 5}, 2)}});
+
+  Builder t;
+  t.input("A", {2, 3, 7});
+  t.input("B", {-1, 3, 7});
+  t.g->values[size_t(t.value("B"))].type.dims[0].param = "batch";
+  t.node("Transpose", {"A"}, {"ta"});  // default: reversed axes
+  t.node("Transpose", {"B"}, {"tb"}, {attr("perm", Ints{2, 0, 1})});
+  t.output("ta");
+  t.output("tb");
+  auto u = open(t.bytes(), 0);
+  const Graph& g = *u->model().graph;
+  const StaticShapes st = infer_static_shapes(g);
+  Shape ta, tb, bs;
+  ASSERT_TRUE(st.get(g.nodes[0].outputs[0], ta));
+  EXPECT_EQ(ta, (Shape{7, 3, 2}));
+  ASSERT_TRUE(st.get_symbolic(g.nodes[1].outputs[0], tb));
+  ASSERT_TRUE(st.get_symbolic(g.nodes[1].inputs[0], bs));
+  EXPECT_EQ(tb, (Shape{7, bs[0], 3}));
+  EXPECT_LT(bs[0], 0);  // the symbol for "batch"
+}
+
 }  // namespace
 }  // namespace basalt
-
