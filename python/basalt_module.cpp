@@ -255,7 +255,7 @@ bool must_copy(const Tensor& t, const std::vector<Range>& inputs) {
   if (!st || t.dtype() == DType::String) return false;  // strings are converted element by element
   // A dynamic pool block (exclusive) is the caller's as it is, like memory basalt owns: copying it
   // cost PaddleOCR det a fresh 0.4-5.4 MB output (and its page faults) on every run.
-  if (!(st->owned || st->exclusive) || st.use_count() > 1) return true;
+  if (!t.owns_exclusively()) return true;
   const char* b = static_cast<const char*>(st->data);
   const char* e = b + st->bytes;
   for (const Range& r : inputs)

@@ -96,6 +96,14 @@ class Tensor {
     return static_cast<const T*>(raw());
   }
   const std::shared_ptr<Storage>& storage() const { return storage_; }
+  // True when the tensor can be handed to a caller who may write or free it without a copy: its
+  // bytes are basalt's (owned, or a block of a session's dynamic pool: Storage::exclusive) and no
+  // other Tensor shares them (a weight forwarded by Identity, a second output of the same value,
+  // an input view are all not). No storage counts as exclusive. The C API and Python bindings copy
+  // a run's outputs for which this is false.
+  bool owns_exclusively() const {
+    return !storage_ || ((storage_->owned || storage_->exclusive) && storage_.use_count() == 1);
+  }
 
   // Same storage, new shape (numel must match). No copy.
   Tensor reshaped(Shape shape) const;

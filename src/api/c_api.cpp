@@ -580,8 +580,7 @@ basalt_status* basalt_session_run(const basalt_session* session, const basalt_ru
       // run nothing but `t` holds a fresh result, so any other holder means sharing. A block of
       // the session's dynamic pool (exclusive) is handed out as it is, like memory basalt owns;
       // destroying the tensor gives it back to the pool.
-      if (t.storage() && (!(t.storage()->owned || t.storage()->exclusive) || t.storage().use_count() > 1))
-        t = t.clone();
+      if (!t.owns_exclusively()) t = t.clone();
       made[i].reset(wrap_tensor(std::move(t)));
     }
     for (size_t i = 0; i < made.size() && i < output_count; ++i) outputs[i] = made[i].release();
@@ -660,8 +659,7 @@ basalt_status* basalt_session_run_values(const basalt_session* session, const ba
     feeds.clear();
     // Same exclusivity rule as basalt_session_run: anything still shared after the run is copied.
     auto exclusive = [](Tensor t) {
-      if (t.storage() && (!(t.storage()->owned || t.storage()->exclusive) || t.storage().use_count() > 1))
-        t = t.clone();
+      if (!t.owns_exclusively()) t = t.clone();
       return t;
     };
     std::vector<std::unique_ptr<basalt_tensor>> made(res.size());
