@@ -432,8 +432,10 @@ StaticShapes infer_static_shapes(const Graph& g) {
         // perm must be a permutation of the input's axes (default: reversed); symbols move along.
         if (have[0]) {
           const size_t r = in[0].size();
+          // Reversed only when the attribute is absent: an empty perm on rank >= 1 is an error
+          // the kernel reports, so the shape stays unknown.
           std::vector<int64_t> perm = n.attr_ints("perm", {});
-          if (perm.empty())
+          if (!n.has_attr("perm"))
             for (size_t i = 0; i < r; ++i) perm.push_back(int64_t(r - 1 - i));
           std::vector<bool> used(r, false);
           ok = perm.size() == r;

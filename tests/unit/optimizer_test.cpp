@@ -1252,8 +1252,10 @@ TEST(Optimizer, ResidualThroughChannelShuffleFolds) {
   t.g->values[size_t(t.value("B"))].type.dims[0].param = "batch";
   t.node("Transpose", {"A"}, {"ta"});  // default: reversed axes
   t.node("Transpose", {"B"}, {"tb"}, {attr("perm", Ints{2, 0, 1})});
+  t.node("Transpose", {"A"}, {"te"}, {attr("perm", Ints{})});  // explicit empty perm: not reversed
   t.output("ta");
   t.output("tb");
+  t.output("te");
   auto u = open(t.bytes(), 0);
   const Graph& g = *u->model().graph;
   const StaticShapes st = infer_static_shapes(g);
@@ -1264,6 +1266,8 @@ TEST(Optimizer, ResidualThroughChannelShuffleFolds) {
   ASSERT_TRUE(st.get_symbolic(g.nodes[1].inputs[0], bs));
   EXPECT_EQ(tb, (Shape{7, bs[0], 3}));
   EXPECT_LT(bs[0], 0);  // the symbol for "batch"
+  Shape te;
+  EXPECT_FALSE(st.get_symbolic(g.nodes[2].outputs[0], te));
 }
 
 }  // namespace
