@@ -97,6 +97,15 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
   auto im2col = g.isa == Isa::Avx512 ? im2col_pack_avx512 : im2col_pack_portable;
   Epilogue ep;
   ep.act = act;
+  // The epilogue of the output block of group gi, image n, from output column col0: this group's
+  // bias rows and the residual at the same place as the output.
+  auto block_epilogue = [&](int64_t gi, int64_t n, int64_t col0) {
+    Epilogue e = ep;
+    e.row_bias = bias ? bias + gi * Mg : nullptr;
+    e.residual = residual ? residual + (n * s.M + gi * Mg) * out + col0 : nullptr;
+    e.ldr = out;
+    return e;
+  };
   if (pointwise && (out <= kGemvMaxCols || (g.reads_plain_b && Mg <= kMaxInPlaceRows))) {
     // The input [Cg, H*W] of an image and group is the GEMM's B as it is: no copy, no chunks.
     // With at most kGemvMaxCols pixels sgemm runs it as matrix-vector products on any arch.
@@ -112,10 +121,7 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
         B.data = x + (n * s.C + gi * s.Cg()) * in;
         B.ld = in;
         B.in_place = true;
-        ep.row_bias = bias ? bias + gi * Mg : nullptr;
-        ep.residual = residual ? residual + (n * s.M + gi * Mg) * out : nullptr;
-        ep.ldr = out;
-        sgemm(g, Mg, out, K, A, B, y + (n * s.M + gi * Mg) * out, out, ep, pool, workspace);
+        sgemm(g, Mg, out, K, A, B, y + (n * s.M + gi * Mg) * out, out, block_epilogue(gi, n, 0), pool, workspace);
       }
     return;
   }
@@ -155,10 +161,7 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
         B.data = colbuf;
         B.ld = K;
         B.trans = true;
-        ep.row_bias = bias ? bias + gi * Mg : nullptr;
-        ep.residual = residual ? residual + (n * s.M + gi * Mg) * out : nullptr;
-        ep.ldr = out;
-        sgemm(g, Mg, out, K, A, B, y + (n * s.M + gi * Mg) * out, out, ep, pool, gemm_ws);
+        sgemm(g, Mg, out, K, A, B, y + (n * s.M + gi * Mg) * out, out, block_epilogue(gi, n, 0), pool, gemm_ws);
       }
     }
     return;
@@ -179,10 +182,7 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
         const float* xg = x + (n * s.C + gi * s.Cg()) * in;
         if (pointwise) pack_b(g, K, cols, xg + col0, in, false, buf, 0, panels);
         else im2col(g, s, xg, col0, cols, buf, 0, panels);
-        Epilogue e = ep;
-        e.row_bias = bias ? bias + gi * Mg : nullptr;
-        e.residual = residual ? residual + (n * s.M + gi * Mg) * out + col0 : nullptr;
-        e.ldr = out;
+        const Epilogue e = block_epilogue(gi, n, col0);
         GemmOperand A, B;
         A.packed = packed->groups[size_t(gi)].data.data();
         B.packed = buf;
@@ -213,13 +213,10 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
         } else {
           parallel_for(pool, panels, 1, [&](int64_t b, int64_t e) { im2col(g, s, xg, col0, cols, bbuf, b, e); });
         }
-        ep.row_bias = bias ? bias + gi * Mg : nullptr;
-        ep.residual = residual ? residual + (n * s.M + gi * Mg) * out + col0 : nullptr;
-        ep.ldr = out;
         GemmOperand A, B;
         A.packed = pa;
         B.packed = bbuf;
-        sgemm(g, Mg, cols, K, A, B, yg + col0, out, ep, pool, nullptr);
+        sgemm(g, Mg, cols, K, A, B, yg + col0, out, block_epilogue(gi, n, col0), pool, nullptr);
       }
     }
   }
