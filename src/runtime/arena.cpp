@@ -33,6 +33,12 @@ constexpr uint64_t kParallelPopulateMin = uint64_t(1) << 20;
 namespace {
 // An arena's mapped size for a plan of `bytes`: whole pages, at least one; whole huge pages from
 // kHugeArenaMin up (where huge pages are wanted).
+// Whether `len` new bytes of 4 KB pages are populated by the pool's threads together rather than
+// by the mapping call itself.
+bool split_populate(bool huge, const ThreadPool* pool, uint64_t len) {
+  return !huge && pool && pool->threads() > 1 && len >= kParallelPopulateMin;
+}
+
 uint64_t arena_size(uint64_t bytes) {
   static const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
   uint64_t size = std::max<uint64_t>(page, (bytes + page - 1) / page * page);
@@ -43,36 +49,34 @@ uint64_t arena_size(uint64_t bytes) {
 
 Arena::Arena(uint64_t bytes, ThreadPool* pool) : size_(arena_size(bytes)) {
   const bool huge = size_ >= kHugeArenaMin && huge_pages_wanted();
-  const bool split = !huge && pool && pool->threads() > 1 && size_ >= kParallelPopulateMin;
+  const bool split = split_populate(huge, pool, size_);
   base_ = static_cast<char*>(map_pages(size_, huge, /*populate=*/!huge && !split));
   if (!base_) BASALT_THROW(MemoryLimit, "cannot map a run arena of " + std::to_string(size_) + " bytes");
-  if (split) populate(0, pool);
+  if (split) populate(0, *pool);
   detail::count_allocation();
 }
 
-bool Arena::populate(uint64_t from, ThreadPool* pool) {
+void Arena::populate(uint64_t from, ThreadPool& pool) {
   const uint64_t len = size_ - from;
-  if (!pool || pool->threads() <= 1 || len < kParallelPopulateMin) return false;
   char* base = base_ + from;
   const uint64_t pieces = (len + kPopulateChunk - 1) / kPopulateChunk;
-  parallel_for(pool, int64_t(pieces), 1, [&](int64_t b, int64_t e) {
+  pool.parallel_for(int64_t(pieces), 1, [&](int64_t b, int64_t e) {
     const uint64_t lo = uint64_t(b) * kPopulateChunk, hi = std::min(len, uint64_t(e) * kPopulateChunk);
     populate_pages(base + lo, hi - lo);
   });
-  return true;
 }
 
 bool Arena::grow(uint64_t bytes, ThreadPool* pool) {
   const uint64_t size = arena_size(bytes);
   if (size <= size_) return true;
   const bool huge = size >= kHugeArenaMin && huge_pages_wanted();
-  const bool split = !huge && pool && pool->threads() > 1 && size - size_ >= kParallelPopulateMin;
+  const bool split = split_populate(huge, pool, size - size_);
   void* p = grow_pages(base_, size_, size, huge, /*populate=*/!huge && !split);
   if (!p) return false;
   const uint64_t old = size_;
   base_ = static_cast<char*>(p);
   size_ = size;
-  if (split) populate(old, pool);
+  if (split) populate(old, *pool);
   detail::count_allocation();
   return true;
 }

@@ -36,9 +36,9 @@ class Arena {
   bool grow(uint64_t bytes, ThreadPool* pool = nullptr);
 
  private:
-  // Faults in [from, size_) on the pool's threads, in kPopulateChunk pieces; false (nothing done)
-  // where the pool has one thread or the range is small: the caller populates in one call then.
-  bool populate(uint64_t from, ThreadPool* pool);
+  // Faults in [from, size_) on the pool's threads, in kPopulateChunk pieces (where
+  // split_populate says so; otherwise the mapping call populates).
+  void populate(uint64_t from, ThreadPool& pool);
   char* base_ = nullptr;
   uint64_t size_ = 0;
 };
