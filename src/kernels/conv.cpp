@@ -106,6 +106,12 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
     e.ldr = out;
     return e;
   };
+  // Group gi's weights as a packed A: packed at load, else packed into abuf now.
+  auto packed_group = [&](int64_t gi) -> const float* {
+    if (packed) return packed->groups[size_t(gi)].data.data();
+    pack_a(g, Mg, K, w + gi * Mg * K, K, false, abuf, 0, (Mg + g.mr - 1) / g.mr);
+    return abuf;
+  };
   if (pointwise && (out <= kGemvMaxCols || (g.reads_plain_b && Mg <= kMaxInPlaceRows))) {
     // The input [Cg, H*W] of an image and group is the GEMM's B as it is: no copy, no chunks.
     // With at most kGemvMaxCols pixels sgemm runs it as matrix-vector products on any arch.
@@ -136,12 +142,7 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
     float* gemm_ws = align(colbuf + out * K);  // sgemm's copy of those columns (the gemv route)
     for (int64_t gi = 0; gi < s.G; ++gi) {
       GemmOperand A;
-      if (packed) {
-        A.packed = packed->groups[size_t(gi)].data.data();
-      } else {
-        pack_a(g, Mg, K, w + gi * Mg * K, K, false, abuf, 0, (Mg + g.mr - 1) / g.mr);
-        A.packed = abuf;
-      }
+      A.packed = packed_group(gi);
       for (int64_t n = 0; n < s.N; ++n) {
         const float* xg = x + (n * s.C + gi * s.Cg()) * in;
         for (int64_t j = 0; j < out; ++j) {
@@ -193,14 +194,7 @@ void conv2d(const GemmArch& g, const Conv2dShape& s, const float* x, const float
     return;
   }
   for (int64_t gi = 0; gi < s.G; ++gi) {
-    const float* pa;
-    if (packed) {
-      pa = packed->groups[size_t(gi)].data.data();
-    } else {
-      int64_t mp = (Mg + g.mr - 1) / g.mr;
-      pack_a(g, Mg, K, w + gi * Mg * K, K, false, abuf, 0, mp);
-      pa = abuf;
-    }
+    const float* pa = packed_group(gi);
     for (int64_t n = 0; n < s.N; ++n) {
       const float* xg = x + (n * s.C + gi * s.Cg()) * in;
       float* yg = y + (n * s.M + gi * Mg) * out;
