@@ -78,24 +78,30 @@ namespace {
   return true;
 }
 
-[[maybe_unused]] inline float apply_activation_kind(const Activation& act, float v) {
+// The activation alone, in T (float, or double for float64 ops); the parameters are float.
+// Sigmoid and Tanh are computed in double either way.
+template <class T>
+inline T activation_value(const Activation& act, T v) {
+  const T a = T(act.a), b = T(act.b);
   switch (act.kind) {
     case ActKind::None: return v;
-    case ActKind::Relu: return (std::isnan(v) || v > 0) ? v : 0.f;
-    case ActKind::Clip: return std::min(std::max(v, act.a), act.b);
-    case ActKind::HardSigmoid: return std::max(0.f, std::min(1.f, act.a * v + act.b));
-    case ActKind::HardSwish: return v * std::max(0.f, std::min(1.f, std::fma(v, 1.f / 6.f, 0.5f)));
+    case ActKind::Relu: return (std::isnan(v) || v > 0) ? v : T(0);
+    case ActKind::Clip: return std::min(std::max(v, a), b);
+    case ActKind::HardSigmoid: return std::max(T(0), std::min(T(1), a * v + b));
+    case ActKind::HardSwish: return v * std::max(T(0), std::min(T(1), std::fma(v, T(1) / T(6), T(0.5))));
     case ActKind::Sigmoid: {
       double d = double(v);
-      if (d >= 0) return float(1.0 / (1.0 + std::exp(-d)));
+      if (d >= 0) return T(1.0 / (1.0 + std::exp(-d)));
       double e = std::exp(d);
-      return float(e / (1.0 + e));
+      return T(e / (1.0 + e));
     }
-    case ActKind::LeakyRelu: return v < 0 ? act.a * v : v;
-    case ActKind::Tanh: return float(std::tanh(double(v)));
+    case ActKind::LeakyRelu: return v < 0 ? a * v : v;
+    case ActKind::Tanh: return T(std::tanh(double(v)));
   }
   return v;
 }
+
+[[maybe_unused]] inline float apply_activation_kind(const Activation& act, float v) { return activation_value(act, v); }
 
 // The activation, then the post affine when there is one.
 [[maybe_unused]] inline float apply_activation(const Activation& act, float v) {

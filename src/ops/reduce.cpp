@@ -504,24 +504,7 @@ std::vector<double> broadcast_param(const KernelContext& ctx, int input, const S
 // float32 first would give a float64 model float32 precision (7.7e-10 off after Relu, 1e-8 after
 // Sigmoid). The parameters (act.a, act.b) are the fused op's float attributes.
 double activation_double(const kernels::Activation& act, double v) {
-  const double a = act.a, b = act.b;
-  switch (act.kind) {
-    case kernels::ActKind::None: break;
-    case kernels::ActKind::Relu: v = (std::isnan(v) || v > 0) ? v : 0.0; break;
-    case kernels::ActKind::Clip: v = std::min(std::max(v, a), b); break;
-    case kernels::ActKind::HardSigmoid: v = std::max(0.0, std::min(1.0, a * v + b)); break;
-    case kernels::ActKind::HardSwish: v = v * std::max(0.0, std::min(1.0, v / 6.0 + 0.5)); break;
-    case kernels::ActKind::Sigmoid:
-      if (v >= 0) {
-        v = 1.0 / (1.0 + std::exp(-v));
-      } else {
-        const double e = std::exp(v);
-        v = e / (1.0 + e);
-      }
-      break;
-    case kernels::ActKind::LeakyRelu: v = v < 0 ? a * v : v; break;
-    case kernels::ActKind::Tanh: v = std::tanh(v); break;
-  }
+  v = kernels::activation_value(act, v);
   return act.post ? v * double(act.post_mul) + double(act.post_add) : v;
 }
 
