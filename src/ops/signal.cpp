@@ -4,6 +4,7 @@
 #include "ops/common.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -638,6 +639,9 @@ void register_signal_ops(OpRegistry& r) {
     int64_t n_out = 0;
     for (int64_t v : indexes) {
       if (v < 0) n.fail(ErrorCode::InvalidModel, "ngram_indexes must be >= 0");
+      // (the output has max + 1 columns: its size is checked when the run allocates it)
+      if (v == std::numeric_limits<int64_t>::max())
+        n.fail(ErrorCode::InvalidModel, "ngram_indexes value " + std::to_string(v) + " is too large");
       n_out = std::max(n_out, v + 1);
     }
     NgramPool<std::string> sp;
@@ -655,10 +659,13 @@ void register_signal_ops(OpRegistry& r) {
         else ip.index[std::vector<int64_t>(ipool.begin() + p, ipool.begin() + p + len)] = col;
       }
     }
-    // Weight per output column (indexed by column).
-    std::vector<double> colw(size_t(n_out), 1.0);
+    // Weights of the columns that have one (a column's last entry wins), as (column, weight):
+    // the output's width comes from the attribute values, so nothing of that size is made
+    // before a run has allocated the output itself (a model whose ngram_indexes claim billions
+    // of columns must not allocate gigabytes at load).
+    std::vector<std::pair<int64_t, double>> colw;
     if (!weights.empty())
-      for (size_t i = 0; i < indexes.size(); ++i) colw[size_t(indexes[i])] = weights[i];
+      for (size_t i = 0; i < indexes.size(); ++i) colw.emplace_back(indexes[i], weights[i]);
     return kernel([=](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       if (x.rank() != 1 && x.rank() != 2) ctx.fail(ErrorCode::InvalidArgument, "input must be 1-D or 2-D, got " + shape_str(x.shape()));
@@ -681,12 +688,15 @@ void register_signal_ops(OpRegistry& r) {
           for (int64_t i = 0; i < cols; ++i) toks[size_t(i)] = x.get_int(r0 * cols + i);
           tfidf_count(toks, ip, min_n, max_n, max_skip, cnt);
         }
-        for (int64_t c = 0; c < n_out; ++c) {
+        // Weight 1 unless the column has one.
+        auto weighted = [&](int64_t c, double w) {
           double v = cnt[size_t(c)];
-          if (mode == "IDF") v = v > 0 ? colw[size_t(c)] : 0.0;
-          else if (mode == "TFIDF") v = v * colw[size_t(c)];
+          if (mode == "IDF") v = v > 0 ? w : 0.0;
+          else if (mode == "TFIDF") v = v * w;
           out[r0 * n_out + c] = float(v);
-        }
+        };
+        for (int64_t c = 0; c < n_out; ++c) weighted(c, 1.0);
+        for (const auto& [c, w] : colw) weighted(c, w);
       }
     });
   });

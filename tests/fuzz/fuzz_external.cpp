@@ -18,18 +18,28 @@
 
 namespace {
 
-std::string make_folder() {
-  namespace fs = std::filesystem;
-  fs::path root = fs::temp_directory_path() / std::string("basalt_fuzz_ext_").append(std::to_string(::getpid()));
-  fs::create_directories(root / "model" / "sub");
-  auto write = [](const fs::path& p, size_t n, char c) { std::ofstream(p, std::ios::binary) << std::string(n, c); };
-  write(root / "model" / "w.bin", 4096, 'w');
-  write(root / "model" / "sub" / "v.bin", 100, 'v');
-  write(root / "secret.bin", 4096, 's');
-  std::error_code ec;
-  fs::create_symlink(root / "secret.bin", root / "model" / "link.bin", ec);
-  return (root / "model").string();
-}
+// The folder lives under the temp dir for the process's life and is removed at exit (a
+// function-local static's destructor), so runs do not leave one folder each behind.
+struct Folder {
+  std::filesystem::path root;
+  std::string model;
+  Folder() {
+    namespace fs = std::filesystem;
+    root = fs::temp_directory_path() / std::string("basalt_fuzz_ext_").append(std::to_string(::getpid()));
+    fs::create_directories(root / "model" / "sub");
+    auto write = [](const fs::path& p, size_t n, char c) { std::ofstream(p, std::ios::binary) << std::string(n, c); };
+    write(root / "model" / "w.bin", 4096, 'w');
+    write(root / "model" / "sub" / "v.bin", 100, 'v');
+    write(root / "secret.bin", 4096, 's');
+    std::error_code ec;
+    fs::create_symlink(root / "secret.bin", root / "model" / "link.bin", ec);
+    model = (root / "model").string();
+  }
+  ~Folder() {
+    std::error_code ec;
+    std::filesystem::remove_all(root, ec);
+  }
+};
 
 struct Bytes {
   const uint8_t* p;
@@ -49,7 +59,8 @@ struct Bytes {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string dir = make_folder();
+  static const Folder folder;
+  const std::string& dir = folder.model;
   Bytes in{data, size};
   basalt::pb::TensorProto t;
   t.name = "w";

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 using namespace basalt;
 using namespace basalt::test;
@@ -122,6 +123,24 @@ TEST(SignalOps, TfIdfAndMl) {
   bad[4] = attr("ngram_counts", Ints{0, 0});
   bad[6] = attr("pool_int64s", Ints{7, 9, 3});
   EXPECT_THROW(run_op("TfIdfVectorizer", 9, {Value(x)}, bad), Error);
+
+  // Weights per column (TFIDF: count x weight, IDF: weight where counted); a column no n-gram
+  // maps to is 0, and one without a weight keeps weight 1.
+  std::vector<Attribute> w = {attr("max_gram_length", 1), attr("min_gram_length", 1), attr("max_skip_count", 0),
+                              attr("mode", "TFIDF"), attr("ngram_counts", Ints{0}), attr("ngram_indexes", Ints{3, 1}),
+                              attr("pool_int64s", Ints{7, 9}), attr("weights", Floats{0.5f, 4.0f})};
+  Tensor tw = run_op("TfIdfVectorizer", 9, {Value(x)}, w)[0].tensor;
+  ASSERT_EQ(tw.shape(), (Shape{4}));
+  EXPECT_EQ(std::vector<float>(tw.data<float>(), tw.data<float>() + 4), (std::vector<float>{0.0f, 4.0f, 0.0f, 1.0f}));
+  w[3] = attr("mode", "IDF");
+  Tensor iw = run_op("TfIdfVectorizer", 9, {Value(x)}, w)[0].tensor;
+  EXPECT_EQ(std::vector<float>(iw.data<float>(), iw.data<float>() + 4), (std::vector<float>{0.0f, 4.0f, 0.0f, 0.5f}));
+  // ngram_indexes that claim 2^40 output columns: the run refuses the output with an error
+  // (nothing of that size is allocated when the kernel is made: a fuzzed model did that).
+  w[5] = attr("ngram_indexes", Ints{int64_t(1) << 40, 1});
+  EXPECT_THROW(run_op("TfIdfVectorizer", 9, {Value(x)}, w), Error);
+  w[5] = attr("ngram_indexes", Ints{std::numeric_limits<int64_t>::max(), 1});
+  EXPECT_THROW(run_op("TfIdfVectorizer", 9, {Value(x)}, w), Error);
 
   Tensor feats = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor idx = Tensor::from_vector<int64_t>({2, 0}, {2});
