@@ -91,6 +91,12 @@ WinAttrs parse_win(const Node& n, bool kernel_required) {
     if (d <= 0) n.fail(ErrorCode::InvalidModel, "dilations must be positive, got " + vec_str(a.dilations));
   for (int64_t p : a.pads)
     if (p < 0) n.fail(ErrorCode::InvalidModel, "pads must be non-negative, got " + vec_str(a.pads));
+  // Bounding every entry keeps the window arithmetic ((k-1)*d, in+pb+pe, (out-1)*s) well inside int64.
+  for (const auto* v : {&a.kernel, &a.strides, &a.dilations, &a.pads}) {
+    const char* name = v == &a.kernel ? "kernel_shape" : v == &a.strides ? "strides" : v == &a.dilations ? "dilations" : "pads";
+    for (int64_t x : *v)
+      if (x > INT32_MAX) n.fail(ErrorCode::InvalidModel, std::string(name) + " value " + std::to_string(x) + " is too large");
+  }
   if (!a.kernel.empty()) {
     size_t nd = a.kernel.size();
     if (!a.strides.empty() && a.strides.size() != nd) n.fail(ErrorCode::InvalidModel, "strides must have one value per spatial axis");
@@ -98,6 +104,16 @@ WinAttrs parse_win(const Node& n, bool kernel_required) {
     if (!a.pads.empty() && a.pads.size() != 2 * nd) n.fail(ErrorCode::InvalidModel, "pads must have two values per spatial axis");
   }
   return a;
+}
+
+// Pools walk every kernel tap of every window (and size per-tap tables): cap prod(kernel_shape).
+constexpr int64_t kMaxPoolTaps = int64_t(1) << 24;
+constexpr int64_t kMaxPoolExtent = int64_t(1) << 20;  // per axis, dilations included
+void check_pool_kernel(const Node& n, const WinAttrs& a) {
+  int64_t taps = 1;
+  for (int64_t k : a.kernel)
+    if (__builtin_mul_overflow(taps, k, &taps) || taps > kMaxPoolTaps)
+      n.fail(ErrorCode::InvalidModel, "kernel_shape " + vec_str(a.kernel) + " has more than " + std::to_string(kMaxPoolTaps) + " taps");
 }
 
 // Resolved geometry of a sliding window over nd spatial axes.
@@ -144,7 +160,16 @@ Geom make_geom(const KernelContext& ctx, const WinAttrs& a, const Shape& in_spat
   g.pe.assign(nd, 0);
   g.out.assign(nd, 0);
   for (size_t i = 0; i < nd; ++i) {
-    int64_t ek = (g.k[i] - 1) * g.d[i] + 1;
+    if (g.k[i] <= 0 || g.s[i] <= 0 || g.d[i] <= 0)
+      ctx.fail(ErrorCode::InvalidArgument, "kernel, strides and dilations must be positive, got kernel " + shape_str(kernel));
+    // kernel (from W, <= 2^40), dilation and stride (<= INT32_MAX) can still overflow int64 together.
+    int64_t ek = 0;
+    if (__builtin_mul_overflow(g.k[i] - 1, g.d[i], &ek) || __builtin_add_overflow(ek, int64_t(1), &ek) || ek > (int64_t(1) << 50))
+      ctx.fail(ErrorCode::InvalidArgument, "dilated kernel extent of kernel " + shape_str(kernel) + " with dilations " +
+                                               vec_str(g.d) + " is too large");
+    if (pool && ek > kMaxPoolExtent)  // the 2-D kernel's padded row buffer spans the dilated extent
+      ctx.fail(ErrorCode::InvalidArgument, "dilated kernel extent " + std::to_string(ek) + " of kernel_shape " + shape_str(kernel) +
+                                               " with dilations " + vec_str(g.d) + " is too large for a pool");
     int64_t in = g.in[i];
     if (a.auto_pad == AutoPad::SameUpper || a.auto_pad == AutoPad::SameLower) {
       int64_t out = (in + g.s[i] - 1) / g.s[i];
@@ -161,6 +186,11 @@ Geom make_geom(const KernelContext& ctx, const WinAttrs& a, const Shape& in_spat
       if (a.auto_pad == AutoPad::NotSet && !a.pads.empty()) {
         g.pb[i] = a.pads[i];
         g.pe[i] = a.pads[i + nd];
+        // onnxruntime's rule for pools ("Pad should be smaller than kernel"): a window made only of padding
+        // has nothing to pool.
+        if (pool && (g.pb[i] >= ek || g.pe[i] >= ek))
+          ctx.fail(ErrorCode::InvalidArgument, "pads " + vec_str(a.pads) + " must be smaller than the (dilated) kernel " +
+                                                   shape_str(kernel));
       }
       int64_t span = in + g.pb[i] + g.pe[i] - ek;
       if (span < 0)
@@ -200,6 +230,22 @@ void set_conv2d_window(const Geom& g, kernels::Conv2dShape& s) {
 }
 
 // The 2-D pooling kernels' geometry (kernels/pool.hpp) of a resolved 2-D window.
+// A pool's kernel may be as large as its padded input (pads < kernel), so a tiny input can ask for
+// O(output x kernel) work far beyond any real model: refuse it instead of running for hours.
+// separable: the 2-D row kernel (kernels/pool.hpp), which costs kh*W + kw*OW per output row.
+void check_pool_work(const KernelContext& ctx, const Geom& g, double planes, bool separable) {
+  double work = planes;
+  if (separable) {
+    work *= double(g.out[0]) * (double(g.k[0]) * double(g.in[1]) + double(g.k[1]) * double(g.out[1]));
+  } else {
+    work *= double(g.out_size()) * double(g.k_size()) * double(g.nd);
+  }
+  const double cap = separable ? double(int64_t(1) << 40) : double(int64_t(1) << 38);
+  if (work > cap)
+    ctx.fail(ErrorCode::InvalidArgument, "kernel_shape " + shape_str(g.k) + " over the output " + shape_str(g.out) + " needs " +
+                                             std::to_string(work) + " tap operations (more than " + std::to_string(cap) + ")");
+}
+
 kernels::Pool2D pool2d_of(const Geom& g, bool avg, bool count_include_pad) {
   kernels::Pool2D p2;
   p2.H = g.in[0], p2.W = g.in[1], p2.OH = g.out[0], p2.OW = g.out[1];
@@ -545,6 +591,7 @@ class ConvKernel final : public OpKernel {
   bool replaces_constant(int input) const override { return input == 1 && packed_bytes() > 0; }
   size_t workspace_bytes(std::span<const Shape> in, int threads) const override {
     if (in.size() < 2 || (in[1].size() != 3 && in[1].size() != 4)) return 0;
+    if (in[1][1] > INT64_MAX / group_) return 0;  // the run rejects the channel count
     kernels::Conv2dShape s = weight_shape(in[1]);
     if (s.M % group_ != 0 || s.is_depthwise()) return 0;
     // Upper bound over output sizes (the chunk never exceeds 2 MB of packed columns + a panel).
@@ -563,7 +610,8 @@ class ConvKernel final : public OpKernel {
     const Tensor& W = ctx.input(1);
     Shape ksp = check_conv_inputs(ctx, X, W, a_.kernel);
     int64_t N = X.dim(0), C = X.dim(1), M = W.dim(0), group = group_;
-    if (W.dim(1) * group != C)
+    int64_t wc = 0;
+    if (__builtin_mul_overflow(W.dim(1), group, &wc) || wc != C)
       ctx.fail(ErrorCode::InvalidArgument, "channel mismatch: X has " + std::to_string(C) + " channels, W " +
                                                shape_str(W.shape()) + " with group " + std::to_string(group));
     if (M % group != 0) ctx.fail(ErrorCode::InvalidArgument, "output channels not divisible by group");
@@ -592,6 +640,10 @@ class ConvKernel final : public OpKernel {
     Tensor ylocal;
     if (!f32) ylocal = Tensor::uninit(DType::Float, ys);
     Tensor& yf = f32 ? ctx.output_uninit(0, DType::Float, ys) : ylocal;
+    if (yf.numel() == 0) {  // nothing to compute (and `group` may be large over 0 channels)
+      if (!f32) ctx.set_output(0, Value(fromf(yf, X.dtype())));
+      return;
+    }
     float* y = yf.data<float>();
     if (g.nd > 2) {  // reference loops, then the fused residual and activation
       std::fill(y, y + yf.numel(), 0.f);
@@ -658,6 +710,7 @@ void register_conv(OpRegistry& r) {
       WinAttrs a = parse_win(n, false);
       int64_t group = n.attr_int("group", 1);
       if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
+      if (group > INT32_MAX) n.fail(ErrorCode::InvalidModel, "group value " + std::to_string(group) + " is too large");
       kernels::Activation act = fused ? parse_fused_activation(n) : kernels::Activation{};
       return std::make_unique<ConvKernel>(a, group, act, fused);
     };
@@ -769,7 +822,11 @@ void register_convtranspose(OpRegistry& r) {
     WinAttrs a = parse_win(n, false);
     int64_t group = n.attr_int("group", 1);
     if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
+    if (group > INT32_MAX) n.fail(ErrorCode::InvalidModel, "group value " + std::to_string(group) + " is too large");
     std::vector<int64_t> output_padding = n.attr_ints("output_padding", {});
+    for (int64_t v : output_padding)
+      if (v > INT32_MAX || v < -INT32_MAX)
+        n.fail(ErrorCode::InvalidModel, "output_padding value " + std::to_string(v) + " is too large");
     std::vector<int64_t> output_shape = n.attr_ints("output_shape", {});
     return kernel([a, group, output_padding, output_shape](KernelContext& ctx) {
       const Tensor& X = ctx.input(0);
@@ -778,7 +835,10 @@ void register_convtranspose(OpRegistry& r) {
       int64_t N = X.dim(0), C = X.dim(1);
       if (W.dim(0) != C || C % group != 0)
         ctx.fail(ErrorCode::InvalidArgument, "channel mismatch: X has " + std::to_string(C) + " channels, W is " + shape_str(W.shape()));
-      int64_t Mg = W.dim(1), M = Mg * group, Cg = C / group;
+      int64_t Mg = W.dim(1), M = 0, Cg = C / group;
+      if (__builtin_mul_overflow(Mg, group, &M))
+        ctx.fail(ErrorCode::InvalidArgument, "output channels of W " + shape_str(W.shape()) + " times group " + std::to_string(group) +
+                                                 " overflow");
       size_t nd = size_t(X.rank() - 2);
       std::vector<int64_t> in(X.shape().begin() + 2, X.shape().end());
       std::vector<int64_t> s = a.strides.empty() ? std::vector<int64_t>(nd, 1) : a.strides;
@@ -795,10 +855,15 @@ void register_convtranspose(OpRegistry& r) {
         for (size_t i = 0; i < nd; ++i) target.push_back(in[i] * s[i]);
       }
       for (size_t i = 0; i < nd; ++i) {
-        int64_t ek = (k[i] - 1) * d[i] + 1;
-        int64_t full = s[i] * (in[i] - 1) + op[i] + ek;
+        // k <= 2^40 (from W), attributes <= INT32_MAX (parse_win), but hostile combinations still overflow
+        int64_t ek = 0, full = 0, total = 0;
+        bool ovf = __builtin_mul_overflow(k[i] - 1, d[i], &ek) || __builtin_add_overflow(ek, int64_t(1), &ek) ||
+                   __builtin_mul_overflow(s[i], in[i] - 1, &full) || __builtin_add_overflow(full, op[i], &full) ||
+                   __builtin_add_overflow(full, ek, &full) || (!target.empty() && __builtin_sub_overflow(full, target[i], &total));
+        if (ovf)
+          ctx.fail(ErrorCode::InvalidArgument, "output size of kernel " + vec_str(k) + " with strides " + vec_str(s) + ", dilations " +
+                                                   vec_str(d) + " and output_padding " + vec_str(op) + " overflows");
         if (!target.empty()) {
-          int64_t total = full - target[i];
           if (total < 0) total = 0;  // output larger than the full result: extra cells stay zero
           if (a.auto_pad == AutoPad::SameUpper) {
             pb[i] = total / 2;
@@ -833,7 +898,13 @@ void register_convtranspose(OpRegistry& r) {
       const bool direct = X.dtype() == DType::Float;
       Tensor yconv;
       Tensor& yf = direct ? ctx.output(0, DType::Float, ys) : (yconv = Tensor(DType::Float, ys));
-      int64_t K = shape_numel(k), MK = Mg * K, in_sp = shape_numel(in), out_sp = shape_numel(out);
+      if (yf.numel() == 0) {  // nothing to write (and `group` may be large over 0 channels)
+        if (!direct) ctx.set_output(0, Value(fromf(yf, X.dtype())));
+        return;
+      }
+      int64_t K = shape_numel(k), MK = 0, in_sp = shape_numel(in), out_sp = shape_numel(out);
+      if (__builtin_mul_overflow(Mg, K, &MK) || MK > (int64_t(1) << 40))
+        ctx.fail(ErrorCode::InvalidArgument, "W " + shape_str(W.shape()) + " is too large");
       // Scratch from the run's workspace (declared below, so the planner places it in the arena).
       const ConvTransposeScratch sc = convtranspose_scratch(MK, Cg, in_sp);
       const int64_t chunk = sc.chunk;
@@ -872,10 +943,14 @@ void register_convtranspose(OpRegistry& r) {
       if (!direct) ctx.set_output(0, Value(fromf(yf, X.dtype())));
     }, [group](std::span<const Shape> in, int) -> size_t {
       if (in.size() < 2 || in[0].size() < 3 || in[1].size() != in[0].size() || group <= 0) return 0;
-      int64_t K = 1, in_sp = 1;
-      for (size_t i = 2; i < in[1].size(); ++i) K *= in[1][i];
-      for (size_t i = 2; i < in[0].size(); ++i) in_sp *= in[0][i];
-      const ConvTransposeScratch sc = convtranspose_scratch(in[1][1] * K, in[0][1] / group, in_sp);
+      int64_t K = 1, in_sp = 1, MK = 0;
+      for (size_t i = 2; i < in[1].size(); ++i)
+        if (__builtin_mul_overflow(K, in[1][i], &K)) return 0;
+      for (size_t i = 2; i < in[0].size(); ++i)
+        if (__builtin_mul_overflow(in_sp, in[0][i], &in_sp)) return 0;
+      // an empty batch needs none; an absurd W (possible only with 0 channels) gets it from the heap if at all
+      if (in[0][0] == 0 || __builtin_mul_overflow(in[1][1], K, &MK) || MK > (int64_t(1) << 32)) return 0;
+      const ConvTransposeScratch sc = convtranspose_scratch(MK, in[0][1] / group, in_sp);
       return size_t(sc.col_floats + sc.gemm_floats) * sizeof(float);
     });
   });
@@ -901,8 +976,12 @@ void register_convtranspose(OpRegistry& r) {
       if (K == 0 || X.dim(1) % K != 0) ctx.fail(ErrorCode::InvalidArgument, "input dim 1 must be a multiple of prod(block_shape)");
       std::vector<int64_t> grid(nd), pb(nd);
       for (size_t i = 0; i < nd; ++i) {
-        int64_t ek = (blk[i] - 1) * d[i] + 1;
-        int64_t span = img[i] + p[i] + p[i + nd] - ek;
+        int64_t ek = 0, span = 0;
+        if (__builtin_mul_overflow(blk[i] - 1, d[i], &ek) || __builtin_add_overflow(ek, int64_t(1), &ek) ||
+            __builtin_add_overflow(img[i], p[i], &span) || __builtin_add_overflow(span, p[i + nd], &span) ||
+            __builtin_sub_overflow(span, ek, &span))
+          ctx.fail(ErrorCode::InvalidArgument, "image_shape " + vec_str(img) + ", block_shape " + vec_str(blk) +
+                                                   " with dilations/pads overflow");
         if (span < 0) ctx.fail(ErrorCode::InvalidArgument, "block larger than padded image");
         grid[i] = span / s[i] + 1;
         pb[i] = p[i];
@@ -1008,6 +1087,7 @@ void register_pools(OpRegistry& r) {
   auto make_pool = [](PoolKind kind) {
     return [kind](const Node& n) {
       WinAttrs a = parse_win(n, true);
+      check_pool_kernel(n, a);
       PoolOpts o;
       o.kind = kind;
       o.count_include_pad = n.attr_int("count_include_pad", 0) != 0;
@@ -1028,7 +1108,9 @@ void register_pools(OpRegistry& r) {
         Shape ys = {X.dim(0), X.dim(1)};
         ys.insert(ys.end(), g.out.begin(), g.out.end());
         const bool want_ind = o.kind == PoolKind::Max && ctx.num_outputs() > 1 && ctx.has_output(1);
-        if (X.dtype() == DType::Float && g.nd == 2 && o.kind != PoolKind::Lp && !want_ind) {
+        const bool separable = X.dtype() == DType::Float && g.nd == 2 && o.kind != PoolKind::Lp && !want_ind;
+        check_pool_work(ctx, g, double(X.dim(0)) * double(X.dim(1)), separable);
+        if (separable) {
           // 2-D float32 max/average: the row-wise kernel (kernels/pool.hpp), planes over the pool.
           const kernels::Pool2D p2 = pool2d_of(g, o.kind == PoolKind::Avg, o.count_include_pad);
           Tensor& y = ctx.output_uninit(0, DType::Float, ys);
@@ -1110,7 +1192,13 @@ void register_pools(OpRegistry& r) {
       std::vector<int64_t> p = a.pads.empty() ? std::vector<int64_t>(2 * nd, 0) : a.pads;
       if (s.size() != nd || p.size() != 2 * nd) ctx.fail(ErrorCode::InvalidArgument, "strides/pads do not match input rank");
       Shape ys = {X.dim(0), X.dim(1)};
-      for (size_t i = 0; i < nd; ++i) ys.push_back((X.dim(int(i) + 2) - 1) * s[i] + a.kernel[i] - p[i] - p[i + nd]);
+      for (size_t i = 0; i < nd; ++i) {
+        // X dims <= 2^40 and attributes <= INT32_MAX (parse_win): only the stride product can overflow
+        int64_t v = 0;
+        if (__builtin_mul_overflow(X.dim(int(i) + 2) - 1, s[i], &v) || __builtin_add_overflow(v, a.kernel[i] - p[i] - p[i + nd], &v))
+          ctx.fail(ErrorCode::InvalidArgument, "output size from strides " + vec_str(s) + " overflows");
+        ys.push_back(v);
+      }
       Shape inferred = ys;
       if (ctx.has_input(2)) {
         std::vector<int64_t> os = ctx.input(2).to_int64_vector();
@@ -1121,8 +1209,11 @@ void register_pools(OpRegistry& r) {
         if (v < 0) ctx.fail(ErrorCode::InvalidArgument, "invalid output shape " + shape_str(ys));
       for (int64_t v : inferred)
         if (v <= 0) ctx.fail(ErrorCode::InvalidArgument, "invalid inferred output shape " + shape_str(inferred));
+      int64_t total = 1;
+      for (int64_t v : inferred)
+        if (__builtin_mul_overflow(total, v, &total))
+          ctx.fail(ErrorCode::InvalidArgument, "inferred output shape " + shape_str(inferred) + " is too large");
       Tensor& Y = ctx.output(0, X.dtype(), ys);
-      int64_t total = shape_numel(inferred);
       bool same = inferred == ys;
       const int64_t* idx = I.data<int64_t>();
       // Indices address the inferred (default) output layout; when output_shape differs, the
@@ -1168,10 +1259,16 @@ void register_pools(OpRegistry& r) {
       float* y = yf.data<float>();
       for (int64_t i = 0; i < nr; ++i) {
         const float* roi = rr + i * 5;
+        if (!(roi[0] > -1.0f && double(roi[0]) < double(N))) ctx.fail(ErrorCode::InvalidArgument, "roi batch index out of range");
         int64_t b = int64_t(roi[0]);
-        if (b < 0 || b >= N) ctx.fail(ErrorCode::InvalidArgument, "roi batch index out of range");
-        int64_t sw = int64_t(std::round(roi[1] * scale)), sh = int64_t(std::round(roi[2] * scale));
-        int64_t ew = int64_t(std::round(roi[3] * scale)), eh = int64_t(std::round(roi[4] * scale));
+        // roi * spatial_scale can be anything: clamp in double before converting (NaN -> 0); the
+        // window is clamped to the image afterwards anyway
+        auto coord = [scale](float v) {
+          double r = std::round(double(v * scale));
+          return std::isnan(r) ? int64_t(0) : int64_t(std::clamp(r, -1e15, 1e15));
+        };
+        int64_t sw = coord(roi[1]), sh = coord(roi[2]);
+        int64_t ew = coord(roi[3]), eh = coord(roi[4]);
         int64_t rw = std::max<int64_t>(ew - sw + 1, 1), rh = std::max<int64_t>(eh - sh + 1, 1);
         double bh = double(rh) / double(PH), bw = double(rw) / double(PW);
         for (int64_t c = 0; c < C; ++c) {
@@ -1858,8 +1955,14 @@ void resize_last2(const float* in, float* out, int64_t planes, int64_t H, int64_
 // float32 input resized on its last two axes is written straight into output 0 of ctx.
 Tensor resize_run(KernelContext& ctx, const Tensor& X, const Shape& out, const std::vector<double>& scales,
                   const std::vector<double>& rs, const std::vector<double>& re, const ResizeCfg& c) {
+  const bool empty_out = shape_numel(out) == 0;  // then no tap tables (their size is out's, not 0)
   if (c.mode == 0 && X.dtype() != DType::Float) {
     // Nearest: a pure gather, done on the native type (exact for int64, works for bool).
+    if (empty_out) {
+      Tensor Y(X.dtype(), out);
+      if (!visit_numeric_bool(X.dtype(), []<class T>() {})) unsupported_dtype(ctx, 0, X.dtype());
+      return Y;
+    }
     int r = X.rank();
     std::vector<std::vector<int64_t>> src(static_cast<size_t>(r));
     for (int a = 0; a < r; ++a) {
@@ -1896,7 +1999,6 @@ Tensor resize_run(KernelContext& ctx, const Tensor& X, const Shape& out, const s
   bool numeric_ok = is_floatlike(X.dtype()) || dtype_is_integer(X.dtype());
   if (!numeric_ok || X.dtype() == DType::Int4 || X.dtype() == DType::Uint4 || X.dtype() == DType::Int2 || X.dtype() == DType::Uint2)
     unsupported_dtype(ctx, 0, X.dtype());
-  Tensor cur = tof(X);
   Shape cs = X.shape();
   int r = X.rank();
   auto resized = [&](int a) {
@@ -1904,6 +2006,12 @@ Tensor resize_run(KernelContext& ctx, const Tensor& X, const Shape& out, const s
   };
   bool only_last2 = r >= 2 && resized(r - 2) && resized(r - 1) && X.dim(r - 2) > 0 && X.dim(r - 1) > 0;
   for (int a = 0; only_last2 && a < r - 2; ++a) only_last2 = !resized(a);
+  if (empty_out) {  // the axis loop below, without its tables
+    for (int a = 0; !only_last2 && a < r; ++a)
+      if (resized(a) && cs[size_t(a)] == 0) ctx.fail(ErrorCode::InvalidArgument, "cannot resize an empty axis");
+    return Tensor(X.dtype(), out);
+  }
+  Tensor cur = tof(X);
   if (only_last2) {
     // The usual NCHW image resize: both spatial axes in one pass.
     const int64_t H = cs[size_t(r - 2)], W = cs[size_t(r - 1)], OH = out[size_t(r - 2)], OW = out[size_t(r - 1)];
@@ -2051,6 +2159,8 @@ void register_resize(OpRegistry& r) {
     c.nearest_mode = "simple";
     std::vector<float> attr_scales;
     if (n.opset < 9) attr_scales = n.attr_floats("scales");
+    for (float f : attr_scales)
+      if (!(std::isfinite(f) && f > 0)) n.fail(ErrorCode::InvalidModel, "scales must be finite and positive, got " + std::to_string(f));
     return kernel([c, attr_scales](KernelContext& ctx) {
       const Tensor& X = ctx.input(0);
       int r = X.rank();
@@ -2065,7 +2175,11 @@ void register_resize(OpRegistry& r) {
       Shape out = X.shape();
       for (int a = 0; a < r; ++a) {
         if (!(sc[size_t(a)] > 0)) ctx.fail(ErrorCode::InvalidArgument, "scales must be positive");
-        out[size_t(a)] = int64_t(std::floor(double(X.dim(a)) * sc[size_t(a)]));
+        const double o = std::floor(double(X.dim(a)) * sc[size_t(a)]);
+        if (!(o <= double(int64_t(1) << 40)))  // also catches NaN (0 * inf) before the conversion
+          ctx.fail(ErrorCode::InvalidArgument, "scales value " + std::to_string(sc[size_t(a)]) + " on dimension " + std::to_string(a) +
+                                                   " of " + shape_str(X.shape()) + " gives a too large output");
+        out[size_t(a)] = int64_t(o);
       }
       std::vector<double> rs(size_t(r), 0.0), re(size_t(r), 1.0);
       ctx.set_output(0, Value(resize_run(ctx, X, out, sc, rs, re, c)));
@@ -2204,6 +2318,9 @@ void register_gridsample(OpRegistry& r) {
 // ---------------------------------------------------------------- RoiAlign
 
 void register_roialign(OpRegistry& r) {
+  // Samples per output bin: sampling_ratio^2, or the adaptive grid ceil(roi extent / output size).
+  constexpr int64_t kMaxRoiSamplingRatio = 1024;
+  constexpr double kMaxRoiBinSamples = double(int64_t(1) << 20);
   add_versions(r, "RoiAlign", {10, 16, 22}, [](const Node& n) {
     std::string mode = n.attr_string("mode", "avg");
     if (mode != "avg" && mode != "max") n.fail(ErrorCode::InvalidModel, "mode must be avg or max");
@@ -2212,6 +2329,10 @@ void register_roialign(OpRegistry& r) {
     std::string ctm = n.opset >= 16 ? n.attr_string("coordinate_transformation_mode", "half_pixel") : "output_half_pixel";
     if (ctm != "half_pixel" && ctm != "output_half_pixel") n.fail(ErrorCode::InvalidModel, "invalid coordinate_transformation_mode '" + ctm + "'");
     if (oh <= 0 || ow <= 0 || sr < 0) n.fail(ErrorCode::InvalidModel, "output_height/output_width must be positive, sampling_ratio >= 0");
+    if (sr > kMaxRoiSamplingRatio)
+      n.fail(ErrorCode::InvalidModel, "sampling_ratio value " + std::to_string(sr) + " is too large (at most " +
+                                          std::to_string(kMaxRoiSamplingRatio) + ")");
+    if (!std::isfinite(scale)) n.fail(ErrorCode::InvalidModel, "spatial_scale must be finite, got " + std::to_string(scale));
     bool is_max = mode == "max";
     bool half = ctm == "half_pixel";
     return kernel([is_max, oh, ow, sr, scale, half](KernelContext& ctx) {
@@ -2241,8 +2362,13 @@ void register_roialign(OpRegistry& r) {
           rh = std::max(rh, 1.0);
         }
         double bh = rh / double(oh), bw = rw / double(ow);
-        int64_t gh = sr > 0 ? sr : int64_t(std::ceil(rh / double(oh)));
-        int64_t gw = sr > 0 ? sr : int64_t(std::ceil(rw / double(ow)));
+        const double ghd = sr > 0 ? double(sr) : std::ceil(rh / double(oh));
+        const double gwd = sr > 0 ? double(sr) : std::ceil(rw / double(ow));
+        if (!(std::fabs(ghd) <= kMaxRoiBinSamples && std::fabs(gwd) <= kMaxRoiBinSamples && std::fabs(ghd * gwd) <= kMaxRoiBinSamples))
+          ctx.fail(ErrorCode::InvalidArgument, "roi " + std::to_string(i) + " with spatial_scale " + std::to_string(scale) + " needs " +
+                                                   std::to_string(ghd) + " x " + std::to_string(gwd) + " samples per bin (more than " +
+                                                   std::to_string(int64_t(kMaxRoiBinSamples)) + ")");
+        int64_t gh = int64_t(ghd), gw = int64_t(gwd);
         double count = double(std::max<int64_t>(gh * gw, 1));
         for (int64_t c = 0; c < C; ++c) {
           const float* xc = x + (b * C + c) * H * W;
@@ -2380,6 +2506,9 @@ void register_deformconv(OpRegistry& r) {
     WinAttrs a = parse_win(n, false);
     int64_t group = n.attr_int("group", 1), ogroup = n.attr_int("offset_group", 1);
     if (group <= 0 || ogroup <= 0) n.fail(ErrorCode::InvalidModel, "group and offset_group must be positive");
+    if (group > INT32_MAX || ogroup > INT32_MAX)
+      n.fail(ErrorCode::InvalidModel, "group value " + std::to_string(group) + " or offset_group value " + std::to_string(ogroup) +
+                                          " is too large");
     return kernel([a, group, ogroup](KernelContext& ctx) {
       const Tensor& X = ctx.input(0);
       const Tensor& W = ctx.input(1);
@@ -2387,13 +2516,18 @@ void register_deformconv(OpRegistry& r) {
       require_float(ctx, 0, X.dtype());
       if (X.rank() != 4 || W.rank() != 4) ctx.fail(ErrorCode::Unsupported, "only 2-D DeformConv (4-D X and W) is supported");
       int64_t N = X.dim(0), C = X.dim(1), H = X.dim(2), Wd = X.dim(3), M = W.dim(0), KH = W.dim(2), KW = W.dim(3);
-      if (W.dim(1) * group != C || M % group != 0 || C % ogroup != 0)
-        ctx.fail(ErrorCode::InvalidArgument, "channel mismatch between X " + shape_str(X.shape()) + " and W " + shape_str(W.shape()));
+      int64_t wc = 0, K = 0, OK2 = 0;
+      if (__builtin_mul_overflow(W.dim(1), group, &wc) || wc != C || M % group != 0 || C % ogroup != 0)
+        ctx.fail(ErrorCode::InvalidArgument, "channel mismatch between X " + shape_str(X.shape()) + " and W " + shape_str(W.shape()) +
+                                                 " with group " + std::to_string(group));
+      if (__builtin_mul_overflow(KH, KW, &K) || __builtin_mul_overflow(K, 2 * ogroup, &OK2))
+        ctx.fail(ErrorCode::InvalidArgument, "kernel of W " + shape_str(W.shape()) + " with offset_group " + std::to_string(ogroup) +
+                                                 " is too large");
       Geom g = make_geom(ctx, a, {H, Wd}, {KH, KW}, false);
-      int64_t OH = g.out[0], OW = g.out[1], K = KH * KW, P = OH * OW;
-      if (O.shape() != Shape{N, ogroup * 2 * K, OH, OW})
+      int64_t OH = g.out[0], OW = g.out[1], P = OH * OW;
+      if (O.shape() != Shape{N, OK2, OH, OW})
         ctx.fail(ErrorCode::InvalidArgument, "offset shape " + shape_str(O.shape()) + " does not match the expected " +
-                                                 shape_str({N, ogroup * 2 * K, OH, OW}));
+                                                 shape_str({N, OK2, OH, OW}));
       Tensor bf, mf;
       if (ctx.has_input(3)) {
         if (ctx.input(3).numel() != M) ctx.fail(ErrorCode::InvalidArgument, "B must have " + std::to_string(M) + " elements");
@@ -2405,6 +2539,10 @@ void register_deformconv(OpRegistry& r) {
       }
       Tensor xf = tof(X), wf = tof(W), of = tof(O);
       Tensor yf(DType::Float, {N, M, OH, OW});
+      if (yf.numel() == 0) {  // nothing to compute (and `group` may be large over 0 channels)
+        ctx.set_output(0, Value(fromf(yf, X.dtype())));
+        return;
+      }
       const float* x = xf.data<float>();
       const float* off = of.data<float>();
       const float* msk = mf.defined() ? mf.data<float>() : nullptr;
@@ -2602,7 +2740,8 @@ class NchwcConvKernel final : public OpKernel {
     kernels::Conv2dShape s;
     s.M = w->dim(0);
     s.G = group_;
-    s.C = w->dim(1) * group_;
+    if (__builtin_mul_overflow(w->dim(1), group_, &s.C))
+      pc.node.fail(ErrorCode::InvalidModel, "W " + shape_str(w->shape()) + " with group " + std::to_string(group_) + " is too large");
     s.KH = w->dim(2);
     s.KW = w->dim(3);
     if (has_b && b->numel() != s.M) pc.node.fail(ErrorCode::InvalidModel, "B must have " + std::to_string(s.M) + " elements");
@@ -2772,17 +2911,20 @@ void register_nchwc(OpRegistry& r) {
     if (a.auto_pad != AutoPad::NotSet && a.auto_pad != AutoPad::Valid) n.fail(ErrorCode::InvalidModel, "NchwcConv takes explicit pads");
     int64_t group = n.attr_int("group", 1);
     if (group <= 0) n.fail(ErrorCode::InvalidModel, "group must be positive");
+    if (group > INT32_MAX) n.fail(ErrorCode::InvalidModel, "group value " + std::to_string(group) + " is too large");
     return std::make_unique<NchwcConvKernel>(a, group, parse_fused_activation(n), n.attr_int("plain_input", 0) != 0);
   });
   for (bool avg : {false, true})
     r.add("basalt", avg ? "NchwcAveragePool" : "NchwcMaxPool", 1, INT_MAX, [avg](const Node& n) {
       WinAttrs a = parse_win(n, true);
       if (a.kernel.size() != 2) n.fail(ErrorCode::InvalidModel, "kernel_shape must have 2 values");
+      check_pool_kernel(n, a);
       const bool cip = n.attr_int("count_include_pad", 0) != 0;
       return kernel([a, avg, cip](KernelContext& ctx) {
         const Tensor& X = ctx.input(0);
         check_blocked(ctx, 0, X);
         Geom g = make_geom(ctx, a, {X.dim(2), X.dim(3)}, a.kernel, true);
+        check_pool_work(ctx, g, double(X.dim(0)) * double(X.dim(1)) * double(kernels::nchwc::kBlock), true);
         const kernels::Pool2D p2 = pool2d_of(g, avg, cip);
         Tensor& y = ctx.output_uninit(0, DType::Float, {X.dim(0), X.dim(1), p2.OH, p2.OW, kernels::nchwc::kBlock});
         kernels::nchwc::pool(kernels::best_isa(), X.data<float>(), y.data<float>(), X.dim(0) * X.dim(1), p2, ctx.pool());
@@ -2791,6 +2933,7 @@ void register_nchwc(OpRegistry& r) {
   auto channels_of = [](const Node& n) {
     int64_t c = n.attr_int("channels");
     if (c <= 0) n.fail(ErrorCode::InvalidModel, "channels must be positive");
+    if (c > INT32_MAX) n.fail(ErrorCode::InvalidModel, "channels value " + std::to_string(c) + " is too large");
     return c;
   };
   for (bool avg : {false, true})

@@ -211,10 +211,17 @@ bool window_out(const Node& n, const Shape& x, const std::vector<int64_t>& kerne
   std::vector<int64_t> pads = n.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
   std::string ap = n.attr_string("auto_pad", "NOTSET");
   if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp) return false;
+  // Absurd values (the kernel factory rejects them) would overflow the arithmetic below: unknown.
+  for (const auto* v : {&strides, &dil, &pads})
+    for (int64_t e : *v)
+      if (e > INT32_MAX || e < -INT32_MAX) return false;
   out.assign(sp, 0);
   for (size_t i = 0; i < sp; ++i) {
-    int64_t in = x[i + 2], s = strides[i], ek = (kernel[i] - 1) * dil[i] + 1;
+    int64_t in = x[i + 2], s = strides[i], ek = 0;
+    if (kernel[i] > (int64_t(1) << 40) || kernel[i] < -(int64_t(1) << 40) || __builtin_mul_overflow(kernel[i] - 1, dil[i], &ek)) return false;
+    ek += 1;
     if (s <= 0 || ek <= 0) return false;
+    if (in > (int64_t(1) << 62) || ek > (int64_t(1) << 62)) return false;
     if (in < 0) {
       // Symbolic input size: the output is the same expression of it for the same
       // (offset, stride), whichever Conv or pool computes it.
