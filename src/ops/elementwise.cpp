@@ -245,7 +245,11 @@ BinCfg parse_bin(const Node& n, int legacy_before = 7) {
   if (n.opset < legacy_before) {
     c.legacy = true;
     c.bcast = n.attr_int("broadcast", 0) != 0;
-    if (n.has_attr("axis")) c.axis = n.attr_int("axis");
+    if (n.has_attr("axis")) {
+      c.axis = n.attr_int("axis");
+      if (*c.axis < INT32_MIN || *c.axis > INT32_MAX)
+        n.fail(ErrorCode::InvalidModel, "axis " + std::to_string(*c.axis) + " is out of range");
+    }
   }
   return c;
 }
@@ -276,7 +280,7 @@ BinArgs bin_args(KernelContext& ctx, const BinCfg& cfg, bool same_type = true) {
   int ra = int(as.size()), rb = int(bs.size());
   int64_t axis = cfg.axis ? *cfg.axis : ra - rb;
   if (axis < 0) axis += ra;
-  bool ok = rb <= ra && axis >= 0 && axis + rb <= ra;
+  bool ok = rb <= ra && axis >= 0 && axis <= ra - rb;
   for (int i = 0; ok && i < rb; ++i)
     if (bs[size_t(i)] != as[size_t(axis + i)] && bs[size_t(i)] != 1) ok = false;
   if (!ok) {

@@ -344,7 +344,7 @@ Shape reshape_target(const KernelContext& ctx, const Shape& in, const std::vecto
 
 // ---------------------------------------------------------------- Split
 
-void do_split(KernelContext& ctx, int axis_attr, std::vector<int64_t> split, bool have_split, int64_t num_outputs_attr) {
+void do_split(KernelContext& ctx, int64_t axis_attr, std::vector<int64_t> split, bool have_split, int64_t num_outputs_attr) {
   const Tensor& x = ctx.input(0);
   int r = x.rank();
   if (r == 0) ctx.fail(ErrorCode::InvalidArgument, "cannot split a scalar");
@@ -357,7 +357,8 @@ void do_split(KernelContext& ctx, int axis_attr, std::vector<int64_t> split, boo
     int64_t sum = 0;
     for (int64_t s : split) {
       if (s < 0) ctx.fail(ErrorCode::InvalidArgument, "split " + ints_str(split) + " has a negative entry");
-      sum += s;
+      if (s > dim || __builtin_add_overflow(sum, s, &sum))
+        ctx.fail(ErrorCode::InvalidArgument, "split " + ints_str(split) + " exceeds the size " + std::to_string(dim) + " of axis " + std::to_string(axis));
     }
     if (sum != dim)
       ctx.fail(ErrorCode::InvalidArgument, "split " + ints_str(split) + " sums to " + std::to_string(sum) + " but axis " + std::to_string(axis) + " has size " + std::to_string(dim));
@@ -480,9 +481,21 @@ void do_pad(KernelContext& ctx, PadMode mode, const std::vector<int64_t>& pads, 
       ctx.fail(ErrorCode::InvalidArgument, "pads " + ints_str(pads) + " are out of range");
     if (od < 0)
       ctx.fail(ErrorCode::InvalidArgument, "pads " + ints_str(pads) + " remove more than the " + std::to_string(dim) + " elements of axis " + std::to_string(d));
+    if (mode != PadMode::Constant && dim == 0 && od > 0)
+      ctx.fail(ErrorCode::InvalidArgument, "cannot pad empty axis " + std::to_string(d) + " in non-constant mode");
     os[size_t(d)] = od;
   }
   check_shape_nonneg(ctx, os, "padded shape");
+  if (cvalue) {
+    if (cvalue->dtype() != x.dtype())
+      ctx.fail(ErrorCode::InvalidArgument, std::string("constant_value has type ") + dtype_name(cvalue->dtype()) + " but data has type " + dtype_name(x.dtype()));
+    if (cvalue->numel() > 1)
+      ctx.fail(ErrorCode::InvalidArgument, "constant_value must be a scalar, got shape " + shape_str(cvalue->shape()));
+  }
+  // Allocate the output first: its size check gives the clear error for absurd pads, and an
+  // empty output needs no index maps (one entry per padded position, sized by the pads).
+  Tensor& y = ctx.output(0, x.dtype(), os);
+  if (y.numel() == 0) return;
   for (int d = 0; d < r; ++d) {
     int64_t dim = x.dim(d), od = os[size_t(d)];
     auto& m = maps[size_t(d)];
@@ -512,14 +525,9 @@ void do_pad(KernelContext& ctx, PadMode mode, const std::vector<int64_t>& pads, 
       m[size_t(o)] = i;
     }
   }
-  Tensor& y = ctx.output(0, x.dtype(), os);
   dispatch_all(ctx, 0, x.dtype(), [&]<class T>() {
     T fill{};
     if (cvalue) {
-      if (cvalue->dtype() != x.dtype())
-        ctx.fail(ErrorCode::InvalidArgument, std::string("constant_value has type ") + dtype_name(cvalue->dtype()) + " but data has type " + dtype_name(x.dtype()));
-      if (cvalue->numel() > 1)
-        ctx.fail(ErrorCode::InvalidArgument, "constant_value must be a scalar, got shape " + shape_str(cvalue->shape()));
       if (cvalue->numel() == 1) fill = cvalue->data<T>()[0];
     } else {
       if constexpr (!std::is_same_v<T, std::string>) fill = T(attr_value);
@@ -873,10 +881,10 @@ void register_tensor_ops(OpRegistry& r) {
       bool v1 = n.opset < 2;
       return kernel([axis, has, split, v1](KernelContext& ctx) {
         if (!has && v1 && ctx.has_input(1)) {
-          do_split(ctx, int(axis), int_input(ctx, 1, "split"), true, 0);
+          do_split(ctx, axis, int_input(ctx, 1, "split"), true, 0);
           return;
         }
-        do_split(ctx, int(axis), split, has, 0);
+        do_split(ctx, axis, split, has, 0);
       });
     }
     int64_t num_outputs = 0;
@@ -887,9 +895,9 @@ void register_tensor_ops(OpRegistry& r) {
     return kernel([axis, num_outputs](KernelContext& ctx) {
       if (ctx.has_input(1) && ctx.input(1).numel() > 0) {  // an empty split tensor means "not given"
         if (num_outputs > 0) ctx.fail(ErrorCode::InvalidModel, "both the split input and the num_outputs attribute are given");
-        do_split(ctx, int(axis), int_input(ctx, 1, "split"), true, 0);
+        do_split(ctx, axis, int_input(ctx, 1, "split"), true, 0);
       } else {
-        do_split(ctx, int(axis), {}, false, num_outputs);
+        do_split(ctx, axis, {}, false, num_outputs);
       }
     });
   });
@@ -948,6 +956,7 @@ void register_tensor_ops(OpRegistry& r) {
     // Allocate the output first: its size check gives the clear MemoryLimit error for absurd
     // repeats, before the index maps (one entry per output row/column) try to allocate.
     Tensor& y = ctx.output(0, x.dtype(), os);
+    if (y.numel() == 0) return;  // an empty output needs no maps (another axis may still be huge)
     for (int d = 0; d < rk; ++d) {
       int64_t dim = x.dim(d);
       maps[size_t(d)].resize(size_t(os[size_t(d)]));
@@ -1143,6 +1152,7 @@ void register_tensor_ops(OpRegistry& r) {
       DType ot = dt == DType::Undefined ? x.dtype() : dt;
       Tensor& y = ctx.output(0, ot, x.shape());
       int64_t R = x.dim(0), C = x.dim(1);
+      if (k >= C || k <= -R) return;  // no diagonal entry inside (and i + k cannot overflow below)
       if (!visit_numeric_bool(ot, [&]<class T>() {
             T* o = y.data<T>();
             for (int64_t i = 0; i < R; ++i) {
@@ -1184,9 +1194,13 @@ void register_tensor_ops(OpRegistry& r) {
   });
 
   // ------------------------------------------------------------------ DepthToSpace / SpaceToDepth
+  // A blocksize this large needs >= 2^32 channels (or spatial positions) per image; the cap keeps
+  // b * b and the output dims (checked below) far from overflow.
+  constexpr int64_t kMaxBlocksize = int64_t(1) << 16;
   r.add("DepthToSpace", 1, [](const Node& n) {
     int64_t b = n.attr_int("blocksize");
-    if (b <= 0) n.fail(ErrorCode::InvalidModel, "blocksize must be positive, got " + std::to_string(b));
+    if (b <= 0 || b > kMaxBlocksize)
+      n.fail(ErrorCode::InvalidModel, "blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "], got " + std::to_string(b));
     std::string mode = n.opset >= 11 ? n.attr_string("mode", "DCR") : "DCR";
     if (mode != "DCR" && mode != "CRD") n.fail(ErrorCode::InvalidModel, "mode must be DCR or CRD, got '" + mode + "'");
     bool crd = mode == "CRD";
@@ -1202,20 +1216,27 @@ void register_tensor_ops(OpRegistry& r) {
         t = transpose_copy(ctx, x.reshaped({N, c, b, b, H, W}), {0, 1, 4, 2, 5, 3});
       else
         t = transpose_copy(ctx, x.reshaped({N, b, b, c, H, W}), {0, 3, 4, 1, 5, 2});
-      ctx.set_output(0, Value(t.reshaped({N, c, H * b, W * b})));
+      int64_t oh, ow;
+      if (__builtin_mul_overflow(H, b, &oh) || __builtin_mul_overflow(W, b, &ow))
+        ctx.fail(ErrorCode::InvalidArgument, "blocksize " + std::to_string(b) + " gives too large an output for shape " + shape_str(x.shape()));
+      ctx.set_output(0, Value(t.reshaped({N, c, oh, ow})));
     });
   });
   r.add("SpaceToDepth", 1, [](const Node& n) {
     int64_t b = n.attr_int("blocksize");
-    if (b <= 0) n.fail(ErrorCode::InvalidModel, "blocksize must be positive, got " + std::to_string(b));
+    if (b <= 0 || b > kMaxBlocksize)
+      n.fail(ErrorCode::InvalidModel, "blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "], got " + std::to_string(b));
     return kernel([b](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       if (x.rank() != 4) ctx.fail(ErrorCode::InvalidArgument, "input must be 4-D NCHW, got shape " + shape_str(x.shape()));
       int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
       if (H % b != 0 || W % b != 0)
         ctx.fail(ErrorCode::InvalidArgument, "spatial size " + std::to_string(H) + "x" + std::to_string(W) + " is not divisible by blocksize " + std::to_string(b));
+      int64_t oc;
+      if (__builtin_mul_overflow(C, b * b, &oc))
+        ctx.fail(ErrorCode::InvalidArgument, "blocksize " + std::to_string(b) + " gives too large an output for shape " + shape_str(x.shape()));
       Tensor t = transpose_copy(ctx, x.reshaped({N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
-      ctx.set_output(0, Value(t.reshaped({N, C * b * b, H / b, W / b})));
+      ctx.set_output(0, Value(t.reshaped({N, oc, H / b, W / b})));
     });
   });
 

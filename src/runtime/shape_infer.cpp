@@ -88,21 +88,33 @@ bool window_dims(const Node& n, const Shape& x, const std::vector<int64_t>& kern
   auto pads = n.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
   std::string ap = n.attr_string("auto_pad", "NOTSET");
   if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp) return false;
+  // Absurd attribute values (overflowing int64) leave the shape unknown; the kernel reports them.
   for (size_t i = 0; i < sp; ++i) {
-    int64_t in = x[i + 2], s = strides[i], ek = (kernel[i] - 1) * dil[i] + 1;
-    if (s <= 0 || kernel[i] <= 0) return false;
+    int64_t in = x[i + 2], s = strides[i], ek;
+    if (s <= 0 || kernel[i] <= 0 || dil[i] <= 0) return false;
+    if (__builtin_mul_overflow(kernel[i] - 1, dil[i], &ek) || __builtin_add_overflow(ek, 1, &ek)) return false;
     int64_t o;
     if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-      o = (in + s - 1) / s;
+      if (__builtin_add_overflow(in, s - 1, &o)) return false;
+      o /= s;
     } else if (ap == "VALID") {
       if (in < ek) return false;
       o = (in - ek) / s + 1;
     } else {
-      int64_t span = in + pads[i] + pads[i + sp] - ek;
+      int64_t span, lo;
+      if (__builtin_add_overflow(in, pads[i], &lo) || __builtin_add_overflow(lo, pads[i + sp], &span) ||
+          __builtin_sub_overflow(span, ek, &span))
+        return false;
       if (span < 0) return false;
-      o = ceil_mode ? (span + s - 1) / s + 1 : span / s + 1;
+      if (ceil_mode) {
+        if (__builtin_add_overflow(span, s - 1, &o)) return false;
+        o = o / s + 1;
+      } else {
+        o = span / s + 1;
+      }
       // ONNX: the last window must start inside the input or its left padding.
-      if (ceil_mode && (o - 1) * s >= in + pads[i]) --o;
+      int64_t last;
+      if (ceil_mode && (__builtin_mul_overflow(o - 1, s, &last) || last >= lo)) --o;
     }
     r[i + 2] = o;
   }
@@ -139,15 +151,21 @@ bool conv_transpose(const Node& n, const In& in, Out& out) {
   std::string ap = n.attr_string("auto_pad", "NOTSET");
   if (k.size() != sp || strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp || opad.size() != sp) return false;
   Shape r = x;
-  r[1] = w[1] * n.attr_int("group", 1);
+  // Absurd attribute values (overflowing int64) leave the shape unknown; the kernel reports them.
+  if (__builtin_mul_overflow(w[1], n.attr_int("group", 1), &r[1])) return false;
   for (size_t i = 0; i < sp; ++i) {
     if (!oshape.empty()) {
       if (oshape.size() != sp) return false;
       r[i + 2] = oshape[i];
     } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
-      r[i + 2] = x[i + 2] * strides[i];
+      if (__builtin_mul_overflow(x[i + 2], strides[i], &r[i + 2])) return false;
     } else {
-      r[i + 2] = strides[i] * (x[i + 2] - 1) + opad[i] + (k[i] - 1) * dil[i] + 1 - pads[i] - pads[i + sp];
+      int64_t a, b;
+      if (__builtin_mul_overflow(strides[i], x[i + 2] - 1, &a) || __builtin_add_overflow(a, opad[i], &a) ||
+          __builtin_sub_overflow(k[i], 1, &b) || __builtin_mul_overflow(b, dil[i], &b) ||
+          __builtin_add_overflow(a, b, &a) || __builtin_add_overflow(a, 1, &a) ||
+          __builtin_sub_overflow(a, pads[i], &a) || __builtin_sub_overflow(a, pads[i + sp], &r[i + 2]))
+        return false;
     }
     if (r[i + 2] < 0) return false;
   }
@@ -601,13 +619,13 @@ bool space_depth(const Node& n, const In& in, Out& out, bool to_space) {
   if (!has(in, 0) || in[0]->shape.size() != 4) return false;
   Shape r = in[0]->shape;
   int64_t b = n.attr_int("blocksize");
-  if (b <= 0) return false;
+  int64_t bb;
+  if (b <= 0 || __builtin_mul_overflow(b, b, &bb)) return false;
   if (to_space) {
-    r[1] /= b * b;
-    r[2] *= b;
-    r[3] *= b;
+    r[1] /= bb;
+    if (__builtin_mul_overflow(r[2], b, &r[2]) || __builtin_mul_overflow(r[3], b, &r[3])) return false;
   } else {
-    r[1] *= b * b;
+    if (__builtin_mul_overflow(r[1], bb, &r[1])) return false;
     r[2] /= b;
     r[3] /= b;
   }
