@@ -115,6 +115,11 @@ void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
     if (a.q_heads <= 0 || a.kv_heads <= 0)
       ctx.fail(ErrorCode::InvalidModel, "3-D inputs need the q_num_heads and kv_num_heads attributes");
     B = Q.dim(0), Sq = Q.dim(1), Hq = a.q_heads, Hkv = a.kv_heads, Skv = K.dim(1);
+    // Every head must get at least one channel: with a 0-size hidden dim the divisibility checks
+    // below pass for any head count, and the loops would run that many times.
+    if (Hq > std::max<int64_t>(1, Q.dim(2)) || Hkv > std::max<int64_t>(1, K.dim(2)))
+      ctx.fail(ErrorCode::InvalidArgument, "q_num_heads (" + std::to_string(Hq) + ") / kv_num_heads (" + std::to_string(Hkv) +
+                                               ") must not exceed the hidden size of Q " + shp(Q.shape()) + " / K " + shp(K.shape()));
     if (Q.dim(2) % Hq) ctx.fail(ErrorCode::InvalidArgument, "Q hidden size " + std::to_string(Q.dim(2)) + " is not divisible by q_num_heads");
     if (K.dim(2) % Hkv || V.dim(2) % Hkv)
       ctx.fail(ErrorCode::InvalidArgument, "K/V hidden sizes are not divisible by kv_num_heads");
@@ -332,6 +337,8 @@ KernelFactory attention_factory() {
     a.causal = n.attr_int("is_causal", 0) != 0;
     a.q_heads = n.attr_int("q_num_heads", 0);
     a.kv_heads = n.attr_int("kv_num_heads", 0);
+    if (a.q_heads > INT32_MAX || a.kv_heads > INT32_MAX)
+      n.fail(ErrorCode::InvalidModel, "q_num_heads (" + std::to_string(a.q_heads) + ") and kv_num_heads (" + std::to_string(a.kv_heads) + ") must be < 2^31");
     a.mode = n.attr_int("qk_matmul_output_mode", 0);
     if (a.mode < 0 || a.mode > 3) n.fail(ErrorCode::InvalidModel, "qk_matmul_output_mode must be 0..3, got " + std::to_string(a.mode));
     a.has_scale = n.has_attr("scale");
@@ -339,7 +346,7 @@ KernelFactory attention_factory() {
     a.softcap = n.attr_float("softcap", 0.0f);
     if (n.has_attr("softmax_precision")) {
       int64_t sp = n.attr_int("softmax_precision");
-      DType t = dtype_is_known(int32_t(sp)) ? DType(int32_t(sp)) : DType::Undefined;
+      DType t = sp >= 0 && sp <= INT32_MAX && dtype_is_known(int32_t(sp)) ? DType(int32_t(sp)) : DType::Undefined;
       if (!is_float_type(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type (1, 10, 11 or 16), got " + std::to_string(sp));
       a.softmax_type = t;
     }
@@ -366,6 +373,8 @@ void rotary_compute(KernelContext& ctx, bool interleaved, int64_t num_heads, int
   } else if (X.rank() == 3) {
     if (num_heads <= 0) ctx.fail(ErrorCode::InvalidModel, "3-D input needs the num_heads attribute");
     B = X.dim(0), Sl = X.dim(1), H = num_heads;
+    if (H > std::max<int64_t>(1, X.dim(2)))
+      ctx.fail(ErrorCode::InvalidArgument, "num_heads " + std::to_string(H) + " must not exceed the hidden size " + std::to_string(X.dim(2)));
     if (X.dim(2) % H) ctx.fail(ErrorCode::InvalidArgument, "hidden size " + std::to_string(X.dim(2)) + " is not divisible by num_heads " + std::to_string(H));
     Dh = X.dim(2) / H;
   } else {
@@ -500,6 +509,9 @@ void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a)
   const int64_t B = Q.dim(0), T = Q.dim(1), Hq = a.q_heads, Hkv = a.kv_heads;
   if (K.dim(0) != B || V.dim(0) != B || K.dim(1) != T || V.dim(1) != T)
     ctx.fail(ErrorCode::InvalidArgument, "query, key and value must agree on batch and sequence sizes");
+  if (Hq > std::max<int64_t>(1, Q.dim(2)) || Hkv > std::max<int64_t>(1, K.dim(2)))
+    ctx.fail(ErrorCode::InvalidArgument, "q_num_heads (" + std::to_string(Hq) + ") / kv_num_heads (" + std::to_string(Hkv) +
+                                             ") must not exceed the hidden size of query " + shp(Q.shape()) + " / key " + shp(K.shape()));
   if (Q.dim(2) % Hq || K.dim(2) % Hkv || V.dim(2) % Hkv)
     ctx.fail(ErrorCode::InvalidArgument, "hidden sizes must be divisible by the head counts");
   const int64_t dk = Q.dim(2) / Hq, dv = V.dim(2) / Hkv;
@@ -767,7 +779,9 @@ class FusedAttentionKernel final : public OpKernel {
     for (int i = 0; i < 3; ++i)
       for (int64_t d : in[size_t(i)])
         if (d < 0) return 0;  // unknown dims: compute() asks for what it needs
-    const int64_t H = a_.heads, tasks = in[0][0] * H;
+    const int64_t H = a_.heads;
+    int64_t tasks;
+    if (H > std::max<int64_t>(1, in[0][2]) || __builtin_mul_overflow(in[0][0], H, &tasks)) return 0;  // compute() rejects it
     const int64_t slots = std::max<int64_t>(1, std::min<int64_t>(threads, tasks));
     const AttnScratch sz = fused_attention_scratch(kernels::gemm_arch_best(), in[0][1], in[1][1], in[0][2] / H, in[2][2] / H);
     return size_t(slots * sz.total()) * sizeof(float);
@@ -783,6 +797,8 @@ class FusedAttentionKernel final : public OpKernel {
       ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must be 3-D [batch, seq, heads*head_size]; got " + shp(Q.shape()) +
                                                ", " + shp(K.shape()) + ", " + shp(V.shape()));
     const int64_t H = a_.heads, B = Q.dim(0), Sq = Q.dim(1), Sk = K.dim(1);
+    if (H > std::max<int64_t>(1, Q.dim(2)))
+      ctx.fail(ErrorCode::InvalidArgument, "num_heads " + std::to_string(H) + " must not exceed the hidden size of Q " + shp(Q.shape()));
     if (Q.dim(2) % H || K.dim(2) % H || V.dim(2) % H)
       ctx.fail(ErrorCode::InvalidArgument, "hidden sizes of Q " + shp(Q.shape()) + ", K " + shp(K.shape()) + " and V " +
                                                shp(V.shape()) + " must be divisible by num_heads=" + std::to_string(H));
@@ -858,7 +874,7 @@ void register_attention_ops(OpRegistry& r) {
   r.add("basalt", "Attention", 1, INT_MAX, [](const Node& n) {
     FusedAttentionAttrs a;
     a.heads = n.attr_int("num_heads");
-    if (a.heads <= 0) n.fail(ErrorCode::InvalidModel, "num_heads must be > 0, got " + std::to_string(a.heads));
+    if (a.heads <= 0 || a.heads > INT32_MAX) n.fail(ErrorCode::InvalidModel, "num_heads must be in [1, 2^31), got " + std::to_string(a.heads));
     a.has_scale = n.has_attr("scale");
     if (a.has_scale) a.scale = n.attr_float("scale");
     return std::make_unique<FusedAttentionKernel>(a);
@@ -876,6 +892,7 @@ void register_attention_ops(OpRegistry& r) {
     int64_t num_heads = n.attr_int("num_heads", 0);
     int64_t rd = n.attr_int("rotary_embedding_dim", 0);
     if (num_heads < 0 || rd < 0) n.fail(ErrorCode::InvalidModel, "num_heads and rotary_embedding_dim must be >= 0");
+    if (num_heads > INT32_MAX) n.fail(ErrorCode::InvalidModel, "num_heads must be < 2^31, got " + std::to_string(num_heads));
     return kernel([=](KernelContext& ctx) { rotary_compute(ctx, interleaved, num_heads, rd); });
   });
 
@@ -886,7 +903,7 @@ void register_attention_ops(OpRegistry& r) {
 
   r.add("BitCast", 26, [](const Node& n) {
     int64_t to = n.attr_int("to");
-    if (!dtype_is_known(int32_t(to)) || to == int64_t(DType::Undefined)) n.fail(ErrorCode::InvalidModel, "unknown target type " + std::to_string(to));
+    if (to <= 0 || to > INT32_MAX || !dtype_is_known(int32_t(to))) n.fail(ErrorCode::InvalidModel, "attribute 'to' = " + std::to_string(to) + " is not a known target type");
     DType target = DType(int32_t(to));
     if (target == DType::String) n.fail(ErrorCode::InvalidModel, "BitCast to string is not allowed");
     if (dtype_file_bits(target) < 8) n.fail(ErrorCode::Unsupported, std::string("BitCast to sub-byte type ") + dtype_name(target) + " is not supported");
@@ -914,8 +931,8 @@ void register_attention_ops(OpRegistry& r) {
     LinearAttentionAttrs a;
     a.q_heads = n.attr_int("q_num_heads");
     a.kv_heads = n.attr_int("kv_num_heads");
-    if (a.q_heads <= 0 || a.kv_heads <= 0 || a.q_heads % a.kv_heads)
-      n.fail(ErrorCode::InvalidModel, "q_num_heads (" + std::to_string(a.q_heads) + ") must be a positive multiple of kv_num_heads (" + std::to_string(a.kv_heads) + ")");
+    if (a.q_heads <= 0 || a.kv_heads <= 0 || a.q_heads % a.kv_heads || a.q_heads > INT32_MAX)
+      n.fail(ErrorCode::InvalidModel, "q_num_heads (" + std::to_string(a.q_heads) + ") must be a positive multiple of kv_num_heads (" + std::to_string(a.kv_heads) + "), below 2^31");
     a.scale = n.attr_float("scale", 0.0f);
     std::string rule = n.attr_string("update_rule", "gated_delta");
     if (rule != "linear" && rule != "gated" && rule != "delta" && rule != "gated_delta")
@@ -930,7 +947,7 @@ void register_attention_ops(OpRegistry& r) {
     if (a.has_scale) a.scale = n.attr_float("scale");
     if (n.has_attr("softmax_precision")) {
       int64_t sp = n.attr_int("softmax_precision");
-      DType t = dtype_is_known(int32_t(sp)) ? DType(int32_t(sp)) : DType::Undefined;
+      DType t = sp >= 0 && sp <= INT32_MAX && dtype_is_known(int32_t(sp)) ? DType(int32_t(sp)) : DType::Undefined;
       if (!is_float_type(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type, got " + std::to_string(sp));
       a.softmax_type = t;
     }

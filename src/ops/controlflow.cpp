@@ -182,6 +182,9 @@ void register_scan(OpRegistry& r) {
     size_t n_state = size_t(n_in - m);
     if (body->inputs.size() != size_t(n_in))
       n.fail(ErrorCode::InvalidModel, "body must have " + std::to_string(n_in) + " inputs");
+    if (body->outputs.size() < n_state)
+      n.fail(ErrorCode::InvalidModel, "body has " + std::to_string(body->outputs.size()) + " outputs, fewer than the " +
+                                          std::to_string(n_state) + " state variables");
     size_t n_scan_out = body->outputs.size() - n_state;
     auto in_axes = n.attr_ints("scan_input_axes", std::vector<int64_t>(size_t(m), 0));
     auto in_dirs = n.attr_ints("scan_input_directions", std::vector<int64_t>(size_t(m), 0));
@@ -238,8 +241,14 @@ void register_scan(OpRegistry& r) {
     int64_t n_in = int64_t(n.inputs.size()) - 1;
     if (m < 1 || m > n_in) n.fail(ErrorCode::InvalidModel, "num_scan_inputs is out of range");
     size_t n_state = size_t(n_in - m);
+    if (body->outputs.size() < n_state)
+      n.fail(ErrorCode::InvalidModel, "body has " + std::to_string(body->outputs.size()) + " outputs, fewer than the " +
+                                          std::to_string(n_state) + " state variables");
     size_t n_scan_out = body->outputs.size() - n_state;
     auto dirs = n.attr_ints("directions", std::vector<int64_t>(size_t(m), 0));
+    if (dirs.size() != size_t(m))
+      n.fail(ErrorCode::InvalidModel, "directions has " + std::to_string(dirs.size()) + " entries, expected num_scan_inputs = " +
+                                          std::to_string(m));
     return kernel([=](KernelContext& ctx) {
       if (ctx.has_input(0)) ctx.fail(ErrorCode::Unsupported, "Scan-8 sequence_lens is not supported");
       int64_t batch = ctx.input(1).shape().at(0);

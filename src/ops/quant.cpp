@@ -250,7 +250,7 @@ QuantParamIndex make_param_index(const KernelContext& ctx, const Tensor& x, cons
     if (scale.dim(d) != x.dim(d))
       ctx.fail(ErrorCode::InvalidArgument, "blocked scale shape " + shape_str(scale.shape()) + " does not match input " + shape_str(x.shape()));
   }
-  int64_t want = (pi.axis_dim + block_size - 1) / block_size;
+  int64_t want = pi.axis_dim == 0 ? 0 : (pi.axis_dim - 1) / block_size + 1;  // ceil, without overflow for a huge block_size
   if (scale.dim(axis) != want)
     ctx.fail(ErrorCode::InvalidArgument, "blocked scale dimension " + std::to_string(axis) + " is " + std::to_string(scale.dim(axis)) +
                                              ", expected ceil(" + std::to_string(pi.axis_dim) + "/" + std::to_string(block_size) + ")");
@@ -285,7 +285,7 @@ void register_quantize(OpRegistry& r) {
       if (n.opset >= 21 && n.has_attr("output_dtype")) {
         int64_t od = n.attr_int("output_dtype");
         if (od != 0) {
-          if (!dtype_is_known(int32_t(od)) || !is_quant_type(DType(od)))
+          if (od < 0 || od > INT32_MAX || !dtype_is_known(int32_t(od)) || !is_quant_type(DType(od)))
             n.fail(ErrorCode::Unsupported, "output_dtype " + std::to_string(od) + " is not a supported quantized type");
           out_attr = DType(od);
         }
@@ -294,7 +294,7 @@ void register_quantize(OpRegistry& r) {
       if (n.has_attr("precision")) {
         int64_t p = n.attr_int("precision");
         if (p != 0) {
-          if (!dtype_is_known(int32_t(p)) || !is_float_scale(DType(p)))
+          if (p < 0 || p > INT32_MAX || !dtype_is_known(int32_t(p)) || !is_float_scale(DType(p)))
             n.fail(ErrorCode::Unsupported, "precision " + std::to_string(p) + " is not a supported float type");
           precision = DType(p);
         }
@@ -345,7 +345,7 @@ void register_quantize(OpRegistry& r) {
       if (n.has_attr("output_dtype")) {
         int64_t od = n.attr_int("output_dtype");
         if (od != 0) {
-          if (!dtype_is_known(int32_t(od)) || !is_float_scale(DType(od)))
+          if (od < 0 || od > INT32_MAX || !dtype_is_known(int32_t(od)) || !is_float_scale(DType(od)))
             n.fail(ErrorCode::Unsupported, "output_dtype " + std::to_string(od) + " is not a supported float type");
           out_attr = DType(od);
         }

@@ -830,7 +830,7 @@ void register_norms(OpRegistry& r) {
     r.add("GroupNormalization", v, [](const Node& n) {
       float eps = n.attr_float("epsilon", 1e-5f);
       int64_t G = n.attr_int("num_groups");
-      if (G <= 0) n.fail(ErrorCode::InvalidModel, "num_groups must be positive");
+      if (G <= 0 || G > INT32_MAX) n.fail(ErrorCode::InvalidModel, "num_groups must be in [1, 2^31), got " + std::to_string(G));
       (void)n.attr_int("stash_type", 1);
       bool per_channel = n.opset >= 21;
       return kernel([=](KernelContext& ctx) {
@@ -858,6 +858,12 @@ void register_norms(OpRegistry& r) {
             sc[size_t(c)] = sg[size_t(c / cpg)];
             bi[size_t(c)] = bg[size_t(c / cpg)];
           }
+        }
+        // An empty input (e.g. 0 channels, which any num_groups divides): nothing to normalize, and
+        // the group loop below must not run num_groups times over nothing.
+        if (x.numel() == 0) {
+          ctx.output(0, x.dtype(), x.shape());
+          return;
         }
         std::vector<double> xs = to_dvec(ctx, 0, x);
         std::vector<double> ys(xs.size());
@@ -889,7 +895,7 @@ void register_norms(OpRegistry& r) {
       float beta = n.attr_float("beta", 0.75f);
       float bias = n.attr_float("bias", 1.0f);
       int64_t size = n.attr_int("size");
-      if (size <= 0) n.fail(ErrorCode::InvalidModel, "size must be positive");
+      if (size <= 0 || size > INT32_MAX) n.fail(ErrorCode::InvalidModel, "size must be in [1, 2^31), got " + std::to_string(size));
       return kernel([=](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
         require_float(ctx, 0, x.dtype());

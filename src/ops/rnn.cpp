@@ -69,7 +69,8 @@ RnnConfig parse_config(const Node& n, RnnKind kind) {
   cfg.acts_per_dir = kind == RnnKind::Rnn ? 1 : kind == RnnKind::Gru ? 2 : 3;
   if (n.has_attr("hidden_size")) {
     cfg.hidden = n.attr_int("hidden_size");
-    if (cfg.hidden <= 0) n.fail(ErrorCode::InvalidModel, "hidden_size must be positive, got " + std::to_string(cfg.hidden));
+    if (cfg.hidden <= 0 || cfg.hidden > INT32_MAX)
+      n.fail(ErrorCode::InvalidModel, "hidden_size must be in [1, 2^31), got " + std::to_string(cfg.hidden));
   }
   std::string dir = n.attr_string("direction", "forward");
   if (dir == "forward") cfg.num_dir = 1;

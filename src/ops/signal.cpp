@@ -62,7 +62,7 @@ double scalar_double(const KernelContext& ctx, int input, const char* what) {
 DType dtype_attr(const Node& n, const char* name, DType dflt) {
   if (!n.has_attr(name)) return dflt;
   int64_t v = n.attr_int(name);
-  if (!dtype_is_known(int32_t(v)) || v == 0) n.fail(ErrorCode::InvalidModel, std::string("attribute '") + name + "' is not a valid data type: " + std::to_string(v));
+  if (v <= 0 || v > INT32_MAX || !dtype_is_known(int32_t(v))) n.fail(ErrorCode::InvalidModel, std::string("attribute '") + name + "' is not a valid data type: " + std::to_string(v));
   return DType(int32_t(v));
 }
 
@@ -412,16 +412,34 @@ void check_random_float_dtype(const Node& n, DType dt) {
 
 void fill_random(KernelContext& ctx, DType dt, const Shape& shape, const SeedSpec& seed, bool normal, double a, double b) {
   std::mt19937_64 gen = make_gen(seed);
-  std::vector<double> v(size_t(shape_numel(shape)));
-  if (normal) {
-    std::normal_distribution<double> d(a, b);
-    for (auto& x : v) x = d(gen);
-  } else {
-    std::uniform_real_distribution<double> d(a, b);
-    for (auto& x : v) x = d(gen);
-  }
+  // The output first (its allocation refuses absurd sizes), then the values straight into it.
   Tensor& y = ctx.output(0, dt, shape);
-  write_doubles(ctx, y, v);
+  int64_t cnt = y.numel();
+  if (!visit_numeric(y.dtype(), [&]<class T>() {
+        T* p = y.data<T>();
+        if (normal) {
+          std::normal_distribution<double> d(a, b);
+          for (int64_t i = 0; i < cnt; ++i) p[i] = cast_from_double<T>(d(gen));
+        } else {
+          std::uniform_real_distribution<double> d(a, b);
+          for (int64_t i = 0; i < cnt; ++i) p[i] = cast_from_double<T>(d(gen));
+        }
+      }))
+    ctx.fail(ErrorCode::Unsupported, std::string("output type ") + dtype_name(y.dtype()) + " is not supported");
+}
+
+// The `shape` attribute of RandomUniform/RandomNormal: non-negative dims whose product
+// (checked for overflow) stays at most 2^40 elements.
+Shape random_shape_attr(const Node& n) {
+  Shape shape = n.attr_ints("shape");
+  int64_t total = 1;
+  for (int64_t d : shape) {
+    if (d < 0) n.fail(ErrorCode::InvalidModel, "shape must not have negative dimensions");
+    // (a running product, like Tensor's own check: once it is 0 the later dims cannot overflow it)
+    if (total != 0 && (__builtin_mul_overflow(total, d, &total) || total > (int64_t(1) << 40)))
+      n.fail(ErrorCode::InvalidModel, "attribute 'shape' " + shape_str(shape) + " has too many elements (more than 2^40)");
+  }
+  return shape;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -659,6 +677,9 @@ void register_signal_ops(OpRegistry& r) {
         else ip.index[std::vector<int64_t>(ipool.begin() + p, ipool.begin() + p + len)] = col;
       }
     }
+    // The pool's longest n-gram has ngram_counts.size() tokens: longer lengths can never match,
+    // so scanning them is wasted work (max_gram_length = 2^62 would never finish).
+    max_n = std::min<int64_t>(max_n, int64_t(counts.size()));
     // Weights of the columns that have one (a column's last entry wins), as (column, weight):
     // the output's width comes from the attribute values, so nothing of that size is made
     // before a run has allocated the output itself (a model whose ngram_indexes claim billions
@@ -675,6 +696,8 @@ void register_signal_ops(OpRegistry& r) {
       int64_t rows = x.rank() == 2 ? x.dim(0) : 1;
       int64_t cols = x.rank() == 2 ? x.dim(1) : (x.rank() == 1 ? x.dim(0) : 0);
       Tensor& y = ctx.output(0, DType::Float, x.rank() == 2 ? Shape{rows, n_out} : Shape{n_out});
+      // An empty output (0 rows) passes the output's size check whatever n_out is: size nothing by it.
+      if (y.numel() == 0) return;
       float* out = y.data<float>();
       std::vector<double> cnt(static_cast<size_t>(n_out));
       for (int64_t r0 = 0; r0 < rows; ++r0) {
@@ -793,9 +816,7 @@ void register_signal_ops(OpRegistry& r) {
     check_random_float_dtype(n, dt);
     double lo = n.attr_float("low", 0.0f), hi = n.attr_float("high", 1.0f);
     if (!(lo <= hi)) n.fail(ErrorCode::InvalidModel, "low must be <= high");
-    Shape shape = n.attr_ints("shape");
-    for (int64_t d : shape)
-      if (d < 0) n.fail(ErrorCode::InvalidModel, "shape must not have negative dimensions");
+    Shape shape = random_shape_attr(n);
     SeedSpec seed = read_seed(n);
     return kernel([=](KernelContext& ctx) { fill_random(ctx, dt, shape, seed, false, lo, hi); });
   });
@@ -804,9 +825,7 @@ void register_signal_ops(OpRegistry& r) {
     check_random_float_dtype(n, dt);
     double mean = n.attr_float("mean", 0.0f), scale = n.attr_float("scale", 1.0f);
     if (!(scale > 0)) n.fail(ErrorCode::InvalidModel, "scale must be > 0");
-    Shape shape = n.attr_ints("shape");
-    for (int64_t d : shape)
-      if (d < 0) n.fail(ErrorCode::InvalidModel, "shape must not have negative dimensions");
+    Shape shape = random_shape_attr(n);
     SeedSpec seed = read_seed(n);
     return kernel([=](KernelContext& ctx) { fill_random(ctx, dt, shape, seed, true, mean, scale); });
   });
@@ -1111,10 +1130,22 @@ void register_signal_ops(OpRegistry& r) {
       int64_t N = x.rank() == 2 ? x.dim(0) : 1, F = x.dim(-1);
       std::vector<double> xv = read_doubles(ctx, 0, x);
       int64_t T = t->n_targets;
-      std::vector<double> out(size_t(N * T), 0.0);
       size_t nn = t->feat.size();
       for (size_t i = 0; i < nn; ++i)
         if (t->feat[i] >= F) ctx.fail(ErrorCode::InvalidArgument, "model uses feature " + std::to_string(t->feat[i]) + " but input has " + std::to_string(F));
+      int64_t NT;
+      if (__builtin_mul_overflow(N, T, &NT))
+        ctx.fail(ErrorCode::InvalidArgument, "output [" + std::to_string(N) + ", n_targets=" + std::to_string(T) + "] is too large");
+      // The output first (its allocation refuses absurd n_targets), then the per-target buffers.
+      Tensor& y = ctx.output(0, x.dtype(), {N, T});
+      if (NT == 0) return;
+      auto write_row = [&](int64_t r0, const std::vector<double>& v) {
+        if (!visit_numeric(y.dtype(), [&]<class U>() {
+              U* p = y.data<U>() + r0 * T;
+              for (int64_t k = 0; k < T; ++k) p[k] = cast_from_double<U>(v[size_t(k)]);
+            }))
+          ctx.fail(ErrorCode::Unsupported, std::string("output type ") + dtype_name(y.dtype()) + " is not supported");
+      };
       std::vector<double> acc(static_cast<size_t>(T));
       std::vector<char> seen(static_cast<size_t>(T));
       for (int64_t r0 = 0; r0 < N; ++r0) {
@@ -1175,10 +1206,8 @@ void register_signal_ops(OpRegistry& r) {
         } else if (t->post == 4) {
           for (auto& a : acc) a = probit(a);
         }
-        for (int64_t k = 0; k < T; ++k) out[size_t(r0 * T + k)] = acc[size_t(k)];
+        write_row(r0, acc);
       }
-      Tensor& y = ctx.output(0, x.dtype(), {N, T});
-      write_doubles(ctx, y, out);
     });
   });
 }
