@@ -719,7 +719,7 @@ void register_conv(OpRegistry& r) {
   r.add("basalt", "FusedConv", 1, INT_MAX, make(true));
 }
 
-// ---------------------------------------------------------------- ConvTranspose / Col2Im
+// ---------------------------------------------------------------- ConvTranspose
 
 // Scatter-add columns col[ch*K + kidx, j] (positions j in [p0, p0+cols) of grid `gshape`) into
 // out[ch, out_spatial]. Geometry: out coord = grid coord * s - pb + k * d. 2-D: the channels
@@ -954,52 +954,7 @@ void register_convtranspose(OpRegistry& r) {
       return size_t(sc.col_floats + sc.gemm_floats) * sizeof(float);
     });
   });
-
-  add_versions(r, "Col2Im", {18}, [](const Node& n) {
-    std::vector<int64_t> dil = n.attr_ints("dilations", {}), pads = n.attr_ints("pads", {}), strides = n.attr_ints("strides", {});
-    return kernel([dil, pads, strides](KernelContext& ctx) {
-      const Tensor& X = ctx.input(0);
-      require_float(ctx, 0, X.dtype());
-      std::vector<int64_t> img = ctx.input(1).to_int64_vector(), blk = ctx.input(2).to_int64_vector();
-      size_t nd = img.size();
-      if (blk.size() != nd || nd == 0) ctx.fail(ErrorCode::InvalidArgument, "image_shape and block_shape must have the same non-zero length");
-      std::vector<int64_t> d = dil.empty() ? std::vector<int64_t>(nd, 1) : dil;
-      std::vector<int64_t> s = strides.empty() ? std::vector<int64_t>(nd, 1) : strides;
-      std::vector<int64_t> p = pads.empty() ? std::vector<int64_t>(2 * nd, 0) : pads;
-      if (d.size() != nd || s.size() != nd || p.size() != 2 * nd)
-        ctx.fail(ErrorCode::InvalidArgument, "dilations/strides/pads do not match image_shape length");
-      if (X.rank() != 3) ctx.fail(ErrorCode::InvalidArgument, "input must be 3-D [N, C*prod(block), L]");
-      int64_t K = shape_numel(blk);
-      for (size_t i = 0; i < nd; ++i)
-        if (blk[i] <= 0 || img[i] <= 0 || s[i] <= 0 || d[i] <= 0 || p[i] < 0 || p[i + nd] < 0)
-          ctx.fail(ErrorCode::InvalidArgument, "invalid image_shape/block_shape/attributes");
-      if (K == 0 || X.dim(1) % K != 0) ctx.fail(ErrorCode::InvalidArgument, "input dim 1 must be a multiple of prod(block_shape)");
-      std::vector<int64_t> grid(nd), pb(nd);
-      for (size_t i = 0; i < nd; ++i) {
-        int64_t ek = 0, span = 0;
-        if (__builtin_mul_overflow(blk[i] - 1, d[i], &ek) || __builtin_add_overflow(ek, int64_t(1), &ek) ||
-            __builtin_add_overflow(img[i], p[i], &span) || __builtin_add_overflow(span, p[i + nd], &span) ||
-            __builtin_sub_overflow(span, ek, &span))
-          ctx.fail(ErrorCode::InvalidArgument, "image_shape " + vec_str(img) + ", block_shape " + vec_str(blk) +
-                                                   " with dilations/pads overflow");
-        if (span < 0) ctx.fail(ErrorCode::InvalidArgument, "block larger than padded image");
-        grid[i] = span / s[i] + 1;
-        pb[i] = p[i];
-      }
-      int64_t L = shape_numel(grid);
-      if (X.dim(2) != L) ctx.fail(ErrorCode::InvalidArgument, "input dim 2 is " + std::to_string(X.dim(2)) + ", expected " + std::to_string(L));
-      int64_t N = X.dim(0), C = X.dim(1) / K;
-      Shape ys = {N, C};
-      ys.insert(ys.end(), img.begin(), img.end());
-      Tensor xf = tof(X);
-      Tensor yf(DType::Float, ys);
-      int64_t osp = shape_numel(img);
-      for (int64_t b = 0; b < N; ++b)
-        col2im_add(xf.data<float>() + b * C * K * L, L, C, grid, 0, L, blk, s, d, pb, img, yf.data<float>() + b * C * osp,
-                   ctx.pool());
-      ctx.set_output(0, Value(fromf(yf, X.dtype())));
-    });
-  });
+  // (Col2Im is registered in ops/tensor.cpp, for every numeric type.)
 }
 
 // ---------------------------------------------------------------- pools

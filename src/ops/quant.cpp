@@ -624,7 +624,15 @@ Shape int_conv(KernelContext& ctx, const ConvAttrs& at, const Tensor& X, const T
     }
   }
   for (int d = 0; d < nsp; ++d) {
-    int64_t in = X.dim(d + 2), ek = (ks[size_t(d)] - 1) * dl[size_t(d)] + 1, s = st[size_t(d)];
+    // Bounded first so that none of the window arithmetic below can overflow (the attributes come
+    // from the model; input dims are at most 2^40, the dilated kernel is checked).
+    const int64_t kLim = int64_t(1) << 31;
+    if (st[size_t(d)] > kLim || dl[size_t(d)] > kLim || pb[size_t(d)] > kLim || pe[size_t(d)] > kLim)
+      ctx.fail(ErrorCode::InvalidArgument, "strides, dilations and pads must be at most 2^31");
+    int64_t in = X.dim(d + 2), ek = 0, s = st[size_t(d)];
+    if (__builtin_mul_overflow(ks[size_t(d)] - 1, dl[size_t(d)], &ek) || ek > (int64_t(1) << 50))
+      ctx.fail(ErrorCode::InvalidArgument, "the dilated kernel of W " + shape_str(W.shape()) + " is too large");
+    ek += 1;
     if (at.auto_pad == "SAME_UPPER" || at.auto_pad == "SAME_LOWER") {
       int64_t o = (in + s - 1) / s;
       int64_t total = std::max<int64_t>(0, (o - 1) * s + ek - in);

@@ -556,7 +556,9 @@ void do_col2im(KernelContext& ctx, const std::vector<int64_t>& dil_attr, const s
   for (size_t i = 0; i < nd; ++i) {
     if (block[i] <= 0 || image[i] < 0 || dil[i] <= 0 || str[i] <= 0)
       ctx.fail(ErrorCode::InvalidArgument, "image_shape, block_shape, dilations and strides must be positive");
-    bprod *= block[i];
+    if (pads[i] < 0 || pads[i + nd] < 0) ctx.fail(ErrorCode::InvalidArgument, "pads must be >= 0, got " + ints_str(pads));
+    if (__builtin_mul_overflow(bprod, block[i], &bprod))
+      ctx.fail(ErrorCode::InvalidArgument, "block_shape " + ints_str(block) + " has too many elements");
   }
   int64_t N = x.dim(0), CB = x.dim(1), L = x.dim(2);
   if (CB % bprod != 0)
@@ -565,10 +567,16 @@ void do_col2im(KernelContext& ctx, const std::vector<int64_t>& dil_attr, const s
   std::vector<int64_t> nblocks(nd);
   int64_t lprod = 1;
   for (size_t i = 0; i < nd; ++i) {
-    int64_t eff = dil[i] * (block[i] - 1) + 1;
-    int64_t span = image[i] + pads[i] + pads[i + nd] - eff;
+    // Checked: image_shape and block_shape are inputs and the attributes come from the model.
+    int64_t eff = 0, span = 0;
+    if (__builtin_mul_overflow(dil[i], block[i] - 1, &eff) || __builtin_add_overflow(eff, int64_t(1), &eff) ||
+        __builtin_add_overflow(image[i], pads[i], &span) || __builtin_add_overflow(span, pads[i + nd], &span) ||
+        __builtin_sub_overflow(span, eff, &span))
+      ctx.fail(ErrorCode::InvalidArgument, "image_shape " + ints_str(image) + " and block_shape " + ints_str(block) +
+                                               " with these dilations and pads overflow");
     nblocks[i] = span < 0 ? 0 : span / str[i] + 1;
-    lprod *= nblocks[i];
+    if (__builtin_mul_overflow(lprod, nblocks[i], &lprod))
+      ctx.fail(ErrorCode::InvalidArgument, "the sliding blocks implied by the attributes overflow");
   }
   if (lprod != L)
     ctx.fail(ErrorCode::InvalidArgument, "input dimension 2 (" + std::to_string(L) + ") does not match the " + std::to_string(lprod) + " sliding blocks implied by the attributes");

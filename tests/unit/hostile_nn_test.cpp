@@ -149,11 +149,21 @@ TEST(HostileNn, WindowOutputOverflowRejected) {
                "overflows");
   EXPECT_ERROR(run_op("ConvTranspose", 11, {Value(zeros({0, 1, huge})), Value(zeros({1, 1, 1}))}, {attr("strides", Ints{kI32})}), "overflows");
   EXPECT_ERROR(run_op("ConvTranspose", 11, {Value(zeros({1, 1, 2})), Value(zeros({1, 1, 1}))}, {attr("output_padding", Ints{kBig})}), "output_padding value");
-  EXPECT_THROW(run_op("Col2Im", 18,
+  // (Col2Im runs ops/tensor.cpp's kernel: checked image + pads - extent and block / grid products)
+  EXPECT_ERROR(run_op("Col2Im", 18,
                       {Value(zeros({1, 1, 1})), Value(Tensor::from_vector<int64_t>({std::numeric_limits<int64_t>::max()}, {1})),
                        Value(Tensor::from_vector<int64_t>({1}, {1}))},
                       {attr("pads", Ints{1, 1})}),
-               Error);
+               "overflow");
+  EXPECT_ERROR(run_op("Col2Im", 18,
+                      {Value(zeros({1, 1, 1})), Value(Tensor::from_vector<int64_t>({4, 4}, {2})),
+                       Value(Tensor::from_vector<int64_t>({int64_t(1) << 40, int64_t(1) << 40}, {2}))}, {}),
+               "too many elements");
+  EXPECT_ERROR(run_op("Col2Im", 18,
+                      {Value(zeros({1, 1, 1})), Value(Tensor::from_vector<int64_t>({4}, {1})),
+                       Value(Tensor::from_vector<int64_t>({1}, {1}))},
+                      {attr("pads", Ints{-1, 0})}),
+               "pads must be >= 0");
   EXPECT_ERROR(run_op("NchwcGlobalAveragePool", 1, {Value(zeros({1, 1, 1, 1, 16}))}, {attr("channels", kBig)}, 1, "basalt"), "channels value");
 }
 

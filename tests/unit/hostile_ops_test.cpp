@@ -238,3 +238,16 @@ TEST(HostileOps, SizeAttributeOverflow) {
   ASSERT_EQ(y.shape(), r.shape());
   for (int64_t i = 0; i < y.numel(); ++i) EXPECT_EQ(y.data<uint8_t>()[i], r.data<uint8_t>()[i]);
 }
+
+// ConvInteger's window arithmetic: a dilation near 2^62 wrapped (k - 1) * d + 1 (UB; each tap is
+// bounds-checked, so it only gave a wrong geometry). Now an error naming the limit.
+TEST(HostileOps, ConvIntegerWindowOverflow) {
+  Tensor x(DType::Uint8, {1, 1, 1, 8}), w(DType::Uint8, {1, 1, 1, 4});
+  EXPECT_EQ(error_code([&] { run_op("ConvInteger", 10, {Value(x), Value(w)}, {attr("dilations", Ints{1, kHuge})}); }),
+            ErrorCode::InvalidArgument);
+  EXPECT_EQ(error_code([&] { run_op("ConvInteger", 10, {Value(x), Value(w)}, {attr("pads", Ints{0, 0, 0, kHuge})}); }),
+            ErrorCode::InvalidArgument);
+  // the ordinary case still runs: 1x8 input, 1x4 kernel, dilation 2 -> 1x2 output
+  EXPECT_EQ(run_op("ConvInteger", 10, {Value(x), Value(w)}, {attr("dilations", Ints{1, 2})})[0].tensor.shape(),
+            (Shape{1, 1, 1, 2}));
+}
