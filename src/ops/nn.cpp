@@ -167,7 +167,10 @@ Geom make_geom(const KernelContext& ctx, const WinAttrs& a, const Shape& in_spat
     if (__builtin_mul_overflow(g.k[i] - 1, g.d[i], &ek) || __builtin_add_overflow(ek, int64_t(1), &ek) || ek > (int64_t(1) << 50))
       ctx.fail(ErrorCode::InvalidArgument, "dilated kernel extent of kernel " + shape_str(kernel) + " with dilations " +
                                                vec_str(g.d) + " is too large");
-    if (pool && ek > kMaxPoolExtent)  // the 2-D kernel's padded row buffer spans the dilated extent
+    // The 2-D kernel's padded row buffer spans the dilated extent (pads are smaller): a window
+    // within the input costs at most a few input rows (a global pool over a long 1-D signal
+    // written as MaxPool), a larger one only over a bounded size.
+    if (pool && ek > kMaxPoolExtent && ek > g.in[i])
       ctx.fail(ErrorCode::InvalidArgument, "dilated kernel extent " + std::to_string(ek) + " of kernel_shape " + shape_str(kernel) +
                                                " with dilations " + vec_str(g.d) + " is too large for a pool");
     int64_t in = g.in[i];

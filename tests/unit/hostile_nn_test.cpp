@@ -99,6 +99,16 @@ TEST(HostileNn, PoolKernelTooLargeRejected) {
   EXPECT_ERROR(run_op("MaxPool", 12, {Value(zeros({1, 1, 1, 1}))},
                       {attr("kernel_shape", Ints{1, k}), attr("pads", Ints{0, k - 1, 0, k - 1})}),
                "tap operations");
+  // a window over the whole of a long signal (a global max written as MaxPool) is not "too large":
+  // the extent cap applies to windows larger than the input only
+  {
+    const int64_t n = (int64_t(1) << 20) + 5;
+    Tensor x = zeros({1, 1, n});
+    x.data<float>()[n - 3] = 7.0f;
+    auto g = run_op("MaxPool", 12, {Value(x)}, {attr("kernel_shape", Ints{n})})[0].tensor;
+    ASSERT_EQ(g.shape(), (Shape{1, 1, 1}));
+    EXPECT_EQ(g.data<float>()[0], 7.0f);
+  }
   // pads must be smaller than the kernel (onnxruntime's rule)
   EXPECT_ERROR(run_op("MaxPool", 12, {Value(zeros({1, 1, 4}))}, {attr("kernel_shape", Ints{2}), attr("pads", Ints{2, 0})}), "must be smaller than");
   auto y = run_op("MaxPool", 12, {Value(zeros({1, 1, 4}))}, {attr("kernel_shape", Ints{2}), attr("pads", Ints{1, 1})})[0].tensor;
