@@ -346,7 +346,7 @@ KernelFactory attention_factory() {
     a.softcap = n.attr_float("softcap", 0.0f);
     if (n.has_attr("softmax_precision")) {
       int64_t sp = n.attr_int("softmax_precision");
-      DType t = sp >= 0 && sp <= INT32_MAX && dtype_is_known(int32_t(sp)) ? DType(int32_t(sp)) : DType::Undefined;
+      DType t = sp >= 0 && dtype_attr_known(sp) ? DType(int32_t(sp)) : DType::Undefined;
       if (!is_float_type(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type (1, 10, 11 or 16), got " + std::to_string(sp));
       a.softmax_type = t;
     }
@@ -903,7 +903,7 @@ void register_attention_ops(OpRegistry& r) {
 
   r.add("BitCast", 26, [](const Node& n) {
     int64_t to = n.attr_int("to");
-    if (to <= 0 || to > INT32_MAX || !dtype_is_known(int32_t(to))) n.fail(ErrorCode::InvalidModel, "attribute 'to' = " + std::to_string(to) + " is not a known target type");
+    if (to <= 0 || !dtype_attr_known(to)) n.fail(ErrorCode::InvalidModel, "attribute 'to' = " + std::to_string(to) + " is not a known target type");
     DType target = DType(int32_t(to));
     if (target == DType::String) n.fail(ErrorCode::InvalidModel, "BitCast to string is not allowed");
     if (dtype_file_bits(target) < 8) n.fail(ErrorCode::Unsupported, std::string("BitCast to sub-byte type ") + dtype_name(target) + " is not supported");
@@ -947,7 +947,7 @@ void register_attention_ops(OpRegistry& r) {
     if (a.has_scale) a.scale = n.attr_float("scale");
     if (n.has_attr("softmax_precision")) {
       int64_t sp = n.attr_int("softmax_precision");
-      DType t = sp >= 0 && sp <= INT32_MAX && dtype_is_known(int32_t(sp)) ? DType(int32_t(sp)) : DType::Undefined;
+      DType t = sp >= 0 && dtype_attr_known(sp) ? DType(int32_t(sp)) : DType::Undefined;
       if (!is_float_type(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type, got " + std::to_string(sp));
       a.softmax_type = t;
     }

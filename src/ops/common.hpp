@@ -111,6 +111,10 @@ void for_each_broadcast(const Shape& out, const std::vector<int64_t> (&strides)[
 int normalize_axis(const KernelContext& ctx, int64_t axis, int rank);
 int normalize_axis(const Node& node, int64_t axis, int rank);
 
+// An int64 attribute holds a data type basalt knows (an ONNX TensorProto.DataType value): range-
+// checked before it narrows to dtype_is_known's int32, so 2^32 + 1 is not taken for float (1).
+inline bool dtype_attr_known(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX && dtype_is_known(int32_t(v)); }
+
 // Row-major strides of a shape.
 std::vector<int64_t> shape_strides(const Shape& s);
 

@@ -285,7 +285,7 @@ void register_quantize(OpRegistry& r) {
       if (n.opset >= 21 && n.has_attr("output_dtype")) {
         int64_t od = n.attr_int("output_dtype");
         if (od != 0) {
-          if (od < 0 || od > INT32_MAX || !dtype_is_known(int32_t(od)) || !is_quant_type(DType(od)))
+          if (od < 0 || !dtype_attr_known(od) || !is_quant_type(DType(od)))
             n.fail(ErrorCode::Unsupported, "output_dtype " + std::to_string(od) + " is not a supported quantized type");
           out_attr = DType(od);
         }
@@ -294,7 +294,7 @@ void register_quantize(OpRegistry& r) {
       if (n.has_attr("precision")) {
         int64_t p = n.attr_int("precision");
         if (p != 0) {
-          if (p < 0 || p > INT32_MAX || !dtype_is_known(int32_t(p)) || !is_float_scale(DType(p)))
+          if (p < 0 || !dtype_attr_known(p) || !is_float_scale(DType(p)))
             n.fail(ErrorCode::Unsupported, "precision " + std::to_string(p) + " is not a supported float type");
           precision = DType(p);
         }
@@ -345,7 +345,7 @@ void register_quantize(OpRegistry& r) {
       if (n.has_attr("output_dtype")) {
         int64_t od = n.attr_int("output_dtype");
         if (od != 0) {
-          if (od < 0 || od > INT32_MAX || !dtype_is_known(int32_t(od)) || !is_float_scale(DType(od)))
+          if (od < 0 || !dtype_attr_known(od) || !is_float_scale(DType(od)))
             n.fail(ErrorCode::Unsupported, "output_dtype " + std::to_string(od) + " is not a supported float type");
           out_attr = DType(od);
         }

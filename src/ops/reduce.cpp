@@ -560,7 +560,7 @@ class BatchNormKernel final : public OpKernel {
 
 DType stash_dtype(int64_t stash_type, DType x) {
   if (stash_type == 1) return DType::Float;
-  if (dtype_is_known(int32_t(stash_type)) && is_float_like(DType(stash_type))) return DType(stash_type);
+  if (dtype_attr_known(stash_type) && is_float_like(DType(stash_type))) return DType(stash_type);
   return x;
 }
 

@@ -103,7 +103,7 @@ Tensor slice_axis(const Tensor& t, int axis, int64_t start, int64_t len) {
 void register_sequence_ops(OpRegistry& r) {
   r.add("SequenceEmpty", 11, [](const Node& n) {
     int64_t v = n.attr_int("dtype", int64_t(DType::Float));
-    if (v < 0 || v > INT32_MAX || !dtype_is_known(int32_t(v)))
+    if (v < 0 || !dtype_attr_known(v))
       n.fail(ErrorCode::InvalidModel, "attribute 'dtype' = " + std::to_string(v) + " is not a known data type");
     DType dt = DType(int32_t(v));
     return kernel([dt](KernelContext& ctx) { ctx.set_output(0, Value::make_sequence({}, dt)); });

@@ -62,7 +62,7 @@ double scalar_double(const KernelContext& ctx, int input, const char* what) {
 DType dtype_attr(const Node& n, const char* name, DType dflt) {
   if (!n.has_attr(name)) return dflt;
   int64_t v = n.attr_int(name);
-  if (v <= 0 || v > INT32_MAX || !dtype_is_known(int32_t(v))) n.fail(ErrorCode::InvalidModel, std::string("attribute '") + name + "' is not a valid data type: " + std::to_string(v));
+  if (v <= 0 || !dtype_attr_known(v)) n.fail(ErrorCode::InvalidModel, std::string("attribute '") + name + "' is not a valid data type: " + std::to_string(v));
   return DType(int32_t(v));
 }
 

@@ -1151,7 +1151,7 @@ void register_tensor_ops(OpRegistry& r) {
     DType dt = DType::Undefined;
     if (n.has_attr("dtype")) {
       int64_t v = n.attr_int("dtype");
-      if (v < INT32_MIN || v > INT32_MAX || !dtype_is_known(int32_t(v))) n.fail(ErrorCode::InvalidModel, "unknown dtype " + std::to_string(v));
+      if (!dtype_attr_known(v)) n.fail(ErrorCode::InvalidModel, "unknown dtype " + std::to_string(v));
       dt = DType(int32_t(v));
     }
     return kernel([k, dt](KernelContext& ctx) {
