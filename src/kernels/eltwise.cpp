@@ -2,7 +2,7 @@
 // "register"), the per-ISA dispatch table, and the threaded drivers.
 #include "kernels/eltwise.hpp"
 
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <cmath>
 #include <cstddef>

@@ -1,7 +1,7 @@
 // fp32 GEMM driver, packing and the portable microkernel (see gemm.hpp for the scheme).
 #include "kernels/gemm.hpp"
 
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -4,7 +4,7 @@
 #include "kernels/nchwc.hpp"
 
 #include "kernels/winograd.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <cstring>

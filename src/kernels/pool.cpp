@@ -3,7 +3,7 @@
 // and in pool_avx2.cpp / pool_avx512.cpp.
 #include "kernels/pool.hpp"
 
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -2,7 +2,7 @@
 #include "kernels/winograd.hpp"
 
 #include "kernels/slot_set.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <atomic>

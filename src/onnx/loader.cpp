@@ -4,7 +4,7 @@
 #include "onnx/proto.hpp"
 #include "onnx/tensor_proto.hpp"
 #include "ops/kernel.hpp"
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -15,7 +15,7 @@
 // so a model whose weights exceed the 2 GiB protobuf limit cannot be saved.
 #pragma once
 
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 
 #include <string>
 

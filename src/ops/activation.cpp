@@ -773,6 +773,13 @@ void register_activation_ops(OpRegistry& r) {
       ctx.set_output(0, Value(cast_tensor(ctx, x, to, opt)));
     });
   });
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  r.def("Cast").infer_symbolic(shapes::cast).alias(Alias::MaybeView);
+  r.def("CastLike").infer_symbolic(shapes::cast_like).alias(Alias::MaybeView);
+  for (const char* op : {"Celu", "Elu", "Mish", "Selu", "Shrink", "Softplus", "Softsign", "ThresholdedRelu"}) r.def(op).infer_symbolic(shapes::same);
+  r.def("basalt", "Gelu").infer_symbolic(shapes::same);
+  for (const char* op : {"Clip", "Gelu", "HardSigmoid", "HardSwish", "LeakyRelu", "Relu", "Sigmoid", "Swish", "Tanh"}) r.def(op).infer_symbolic(shapes::same).in_place(in_place::unary_f32);
+  r.def("PRelu").infer_symbolic(shapes::broadcast);
 }
 
 }  // namespace basalt

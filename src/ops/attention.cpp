@@ -11,7 +11,7 @@
 #include "ops/common.hpp"
 #include "kernels/eltwise.hpp"
 #include "kernels/gemm.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -961,6 +961,10 @@ void register_attention_ops(OpRegistry& r) {
         n.fail(ErrorCode::InvalidModel, "score_mod/prob_mod subgraphs must have exactly one input and one output");
     return kernel([a](KernelContext& ctx) { flex_attention_compute(ctx, a); });
   });
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  r.def("Attention").infer(shapes::attention);
+  r.def("basalt", "Attention").infer(shapes::attention);
+  for (const char* op : {"CumProd", "RotaryEmbedding"}) r.def(op).infer_symbolic(shapes::same);
 }
 
 }  // namespace basalt

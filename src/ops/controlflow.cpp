@@ -290,6 +290,8 @@ void register_controlflow_ops(OpRegistry& r) {
   register_if(r);
   register_loop(r);
   register_scan(r);
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  for (const char* op : {"If", "Loop", "Scan"}) r.def(op).data_dependent_shape().alias(Alias::HoldsInputs);
 }
 
 }  // namespace basalt

@@ -11,7 +11,7 @@
 #include "ops/common.hpp"
 
 #include "kernels/eltwise.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <array>
@@ -992,6 +992,15 @@ void register_elementwise_ops(OpRegistry& r) {
         unsupported_dtype(ctx, 0, dt);
     });
   });
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  for (const char* op : {"Abs", "Erf", "Exp", "Neg", "Reciprocal", "Sqrt"}) r.def(op).infer_symbolic(shapes::same).in_place(in_place::unary_f32);
+  for (const char* op : {"Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Ceil", "Cos", "Cosh", "Floor", "Log", "Not", "Round", "Sign", "Sin", "Sinh", "Tan"}) r.def(op).infer_symbolic(shapes::same);
+  for (const char* op : {"Add", "Div", "Mul", "Sub"}) r.def(op).infer_symbolic(shapes::broadcast).in_place(in_place::binary_f32);
+  for (const char* op : {"And", "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "Or", "Xor"}) r.def(op).infer_symbolic(shapes::broadcast_bool);
+  for (const char* op : {"BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Mod", "Pow"}) r.def(op).infer_symbolic(shapes::broadcast);
+  for (const char* op : {"IsInf", "IsNaN"}) r.def(op).infer_symbolic(shapes::same_bool);
+  for (const char* op : {"Max", "Mean", "Min", "Sum"}) r.def(op).infer_symbolic(shapes::broadcast).alias(Alias::MaybeView);
+  r.def("Where").infer_symbolic(shapes::where);
 }
 
 }  // namespace basalt

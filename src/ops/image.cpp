@@ -878,6 +878,8 @@ void register_image_ops(OpRegistry& r) {
       }
     });
   });
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  r.def("ImageDecoder").data_dependent_shape();
 }
 
 }  // namespace basalt

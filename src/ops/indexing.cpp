@@ -6,7 +6,7 @@
 // Every index read from a tensor is range-checked before it is used to address memory; an
 // out-of-range index is an InvalidArgument error naming the node.
 #include "ops/common.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -948,6 +948,12 @@ void register_indexing_ops(OpRegistry& r) {
   add_versions(r, "ReverseSequence", {10}, reverse_sequence_factory());
   add_versions(r, "CumSum", {11, 14}, cum_sum_factory());
   add_versions(r, "TensorScatter", {24}, tensor_scatter_factory());
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  for (const char* op : {"ArgMax", "ArgMin"}) r.def(op).infer(shapes::argreduce);
+  for (const char* op : {"Compress", "NonZero", "OneHot", "TopK", "Unique"}) r.def(op).data_dependent_shape();
+  for (const char* op : {"CumSum", "ReverseSequence", "Scatter", "ScatterElements", "ScatterND"}) r.def(op).infer_symbolic(shapes::same);
+  r.def("Gather").infer(shapes::gather);
+  r.def("GatherElements").infer_symbolic(shapes::gather_elements);
 }
 
 }  // namespace basalt

@@ -5,11 +5,14 @@
 // an OpKernel. At run time, compute() reads inputs from the KernelContext and writes outputs.
 // Kernels are const and hold no per-run state, so one session can run on many threads at once.
 //
-// Adding an op: write it in its group's file (src/ops/<group>.cpp) and add one `r.add(...)` line
-// in that file's register function.
+// Adding an op: write it in its family's file (src/ops/<family>.cpp), add its `r.add(...)` line
+// to that file's register function, and declare what the planner and the optimizer need to know
+// (shape inference, aliasing, in place) with `r.def(...)` (ops/op_traits.hpp). docs/adding-an-op.md
+// walks through an example.
 #pragma once
 
 #include "graph/graph.hpp"
+#include "ops/op_traits.hpp"
 
 #include <basalt/tensor.hpp>
 
@@ -101,13 +104,35 @@ class OpRegistry {
   // All registered (domain, op) pairs, for `basalt inspect` and docs.
   std::vector<std::string> op_names() const;
 
+  // The traits of op `op` of `domain` (all its opset versions share them), for the family file
+  // to declare: r.def("Relu").infer_symbolic(shapes::same).in_place(in_place::unary_f32).
+  OpTraits& def(const std::string& domain, const std::string& op);
+  OpTraits& def(const std::string& op) { return def("", op); }
+  // The declared traits, or null when the op is not registered.
+  const OpTraits* traits(const std::string& domain, const std::string& op) const;
+
+  struct Listed {
+    std::string domain, op;
+    std::vector<std::pair<int, int>> opsets;  // [since, until] per kernel entry
+    const OpTraits* traits;
+  };
+  std::vector<Listed> list() const;  // every op, sorted by domain then name
+  void check_traits() const;         // throws Internal for traits of an op without a kernel
+
  private:
   struct Entry {
     int since, until;
     KernelFactory f;
   };
-  std::map<std::string, std::vector<Entry>> map_;  // key "domain::op"
+  struct Op {
+    std::vector<Entry> kernels;
+    OpTraits traits;
+  };
+  std::map<std::string, Op> map_;  // key "domain::op"
 };
+
+// The traits of node n's op: its domain and type (an unregistered op has none: null).
+const OpTraits* op_traits(const Node& n);
 
 // Canonical domain: "" and "ai.onnx" are the same domain.
 inline std::string canonical_domain(const std::string& d) { return d == "ai.onnx" ? std::string() : d; }

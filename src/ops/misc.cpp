@@ -119,6 +119,9 @@ void register_misc_ops(OpRegistry& r) {
       });
     });
   });
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  r.def("Identity").infer_symbolic(shapes::same).alias(Alias::View);
+  r.def("basalt", "SumToShape").data_dependent_shape();
 }
 
 }  // namespace basalt

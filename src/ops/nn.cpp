@@ -8,7 +8,7 @@
 #include "kernels/eltwise.hpp"
 #include "kernels/pool.hpp"
 #include "kernels/winograd.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -2948,6 +2948,25 @@ void register_nn_ops(OpRegistry& r) {
   register_deformconv(r);
   register_causalconv(r);
   register_affinegrid(r);
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  for (const char* op : {"AffineGrid", "NonMaxSuppression"}) r.def(op).data_dependent_shape();
+  for (const char* op : {"AveragePool", "LpPool", "MaxPool"}) r.def(op).infer_symbolic(shapes::pool);
+  r.def("Conv").infer_symbolic(shapes::conv);
+  r.def("basalt", "FusedConv").infer_symbolic(shapes::conv);
+  r.def("ConvTranspose").infer(shapes::conv_transpose);
+  r.def("Gemm").infer_symbolic(shapes::gemm);
+  for (const char* op : {"GlobalAveragePool", "GlobalLpPool", "GlobalMaxPool"}) r.def(op).infer_symbolic(shapes::global_pool);
+  r.def("MatMul").infer_symbolic(shapes::matmul);
+  r.def("basalt", "FusedMatMul").infer_symbolic(shapes::matmul);
+  for (const char* op : {"Resize", "Upsample"}) r.def(op).infer(shapes::resize);
+  r.def("basalt", "NchwcAveragePool").infer_symbolic(shapes::nchwc_pool);
+  r.def("basalt", "NchwcMaxPool").infer_symbolic(shapes::nchwc_pool);
+  r.def("basalt", "NchwcBatchNormalization").infer_symbolic(shapes::batch_norm).in_place(in_place::batch_norm_f32);
+  r.def("basalt", "NchwcConv").infer_symbolic(shapes::nchwc_conv);
+  r.def("basalt", "NchwcGlobalAveragePool").infer_symbolic(shapes::nchwc_global_pool);
+  r.def("basalt", "NchwcGlobalMaxPool").infer_symbolic(shapes::nchwc_global_pool);
+  r.def("basalt", "ReorderFromNchwc").infer_symbolic(shapes::reorder_from_nchwc);
+  r.def("basalt", "ReorderToNchwc").infer_symbolic(shapes::reorder_to_nchwc);
 }
 
 }  // namespace basalt

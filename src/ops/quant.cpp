@@ -789,6 +789,11 @@ void register_quant_ops(OpRegistry& r) {
   register_quantize(r);
   register_matmul(r);
   register_conv(r);
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  r.def("ConvInteger").infer_symbolic(shapes::conv_integer);
+  r.def("DequantizeLinear").infer_symbolic(shapes::dequantize_linear);
+  r.def("MatMulInteger").infer_symbolic(shapes::matmul_integer);
+  r.def("QuantizeLinear").infer_symbolic(shapes::quantize_linear);
 }
 
 }  // namespace basalt

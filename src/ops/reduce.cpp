@@ -3,7 +3,7 @@
 
 #include "kernels/activation.hpp"
 #include "kernels/eltwise.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -1361,6 +1361,13 @@ void register_reduce_ops(OpRegistry& r) {
   register_losses(r);
   register_einsum(r);
   register_det(r);
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  r.def("BatchNormalization").infer_symbolic(shapes::batch_norm).in_place(in_place::batch_norm_f32);
+  r.def("basalt", "FusedBatchNormalization").infer_symbolic(shapes::batch_norm).in_place(in_place::batch_norm_f32);
+  for (const char* op : {"GroupNormalization", "Hardmax", "InstanceNormalization", "LRN", "LpNormalization", "MeanVarianceNormalization", "RMSNormalization"}) r.def(op).infer_symbolic(shapes::same);
+  r.def("LayerNormalization").infer(shapes::layer_norm).in_place(in_place::layer_norm_f32);
+  for (const char* op : {"LogSoftmax", "Softmax"}) r.def(op).infer_symbolic(shapes::same).in_place(in_place::softmax_f32);
+  for (const char* op : {"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"}) r.def(op).infer(shapes::reduce);
 }
 
 }  // namespace basalt

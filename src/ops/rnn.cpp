@@ -390,6 +390,8 @@ void register_rnn_ops(OpRegistry& r) {
   add_rnn_op(r, "RNN", RnnKind::Rnn, {1, 7, 14, 22});
   add_rnn_op(r, "GRU", RnnKind::Gru, {1, 3, 7, 14, 22});
   add_rnn_op(r, "LSTM", RnnKind::Lstm, {1, 7, 14, 22});
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  for (const char* op : {"GRU", "LSTM", "RNN"}) r.def(op).infer(shapes::rnn);
 }
 
 }  // namespace basalt

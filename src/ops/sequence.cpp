@@ -243,6 +243,8 @@ void register_sequence_ops(OpRegistry& r) {
       ctx.set_output(0, ctx.input_value(0));
     });
   });
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  for (const char* op : {"ConcatFromSequence", "Optional", "OptionalGetElement", "OptionalHasElement", "SequenceAt", "SequenceConstruct", "SequenceEmpty", "SequenceErase", "SequenceInsert", "SequenceLength", "SequenceMap", "SplitToSequence"}) r.def(op).data_dependent_shape().alias(Alias::HoldsInputs);
 }
 
 }  // namespace basalt

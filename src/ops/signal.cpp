@@ -1210,6 +1210,10 @@ void register_signal_ops(OpRegistry& r) {
       }
     });
   });
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  for (const char* op : {"BlackmanWindow", "DFT", "HammingWindow", "HannWindow", "MelWeightMatrix", "STFT", "StringNormalizer", "StringSplit"}) r.def(op).data_dependent_shape();
+  r.def("RegexFullMatch").infer_symbolic(shapes::same_bool);
+  r.def("StringConcat").infer_symbolic(shapes::broadcast);
 }
 
 }  // namespace basalt

@@ -8,7 +8,7 @@
 // Unsqueeze, Dropout in inference) return a reshaped view of the input, without a copy.
 #include "ops/common.hpp"
 
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -1296,6 +1296,27 @@ void register_tensor_ops(OpRegistry& r) {
     std::vector<int64_t> dil = n.attr_ints("dilations", {}), pads = n.attr_ints("pads", {}), strides = n.attr_ints("strides", {});
     return kernel([dil, pads, strides](KernelContext& ctx) { do_col2im(ctx, dil, pads, strides); });
   });
+  // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
+  for (const char* op : {"CenterCropPad", "Col2Im"}) r.def(op).data_dependent_shape();
+  r.def("Concat").infer_symbolic(shapes::concat).alias(Alias::MaybeView);
+  r.def("ConstantOfShape").infer(shapes::constant_of_shape);
+  r.def("DepthToSpace").infer(shapes::depth_to_space);
+  r.def("Dropout").infer_symbolic(shapes::dropout).alias(Alias::MaybeView);
+  r.def("Expand").infer(shapes::expand).alias(Alias::MaybeView);
+  r.def("Flatten").infer(shapes::flatten).alias(Alias::View);
+  r.def("Pad").infer(shapes::pad);
+  r.def("Range").infer(shapes::range);
+  r.def("Reshape").infer(shapes::reshape).alias(Alias::View);
+  r.def("Shape").infer(shapes::shape_op);
+  r.def("Size").infer(shapes::size_op);
+  r.def("Slice").infer(shapes::slice).alias(Alias::MaybeView);
+  r.def("SpaceToDepth").infer(shapes::space_to_depth);
+  r.def("Split").infer(shapes::split).alias(Alias::MaybeView);
+  r.def("Squeeze").infer(shapes::squeeze).alias(Alias::View);
+  r.def("Tile").infer(shapes::tile);
+  r.def("Transpose").infer_symbolic(shapes::transpose).alias(Alias::MaybeView);
+  r.def("Trilu").infer_symbolic(shapes::same);
+  r.def("Unsqueeze").infer(shapes::unsqueeze).alias(Alias::View);
 }
 
 }  // namespace basalt

@@ -8,6 +8,7 @@
 //     order, or x * HardSigmoid(x, 1/6, 0.5)) -> HardSwish(x), which fuse_conv_activation then puts
 //     into the conv's epilogue.
 // Both replace several memory-bound passes over an activation by nothing (folded) or by one op.
+#include "ops/kernel.hpp"
 #include "opt/passes.hpp"
 
 #include <cmath>

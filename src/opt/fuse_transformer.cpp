@@ -11,6 +11,7 @@
 // Rewrite convention (opt/graph_util.hpp): the LAST node of the chain is rewritten in place, the
 // rest are dropped with compact(). Values that only fed the dropped nodes (shape subgraphs of the
 // attention Reshapes, say) are left for remove_dead_nodes.
+#include "ops/kernel.hpp"
 #include "opt/passes.hpp"
 
 #include <algorithm>

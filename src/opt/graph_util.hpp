@@ -10,7 +10,8 @@
 // A GraphIndex is a snapshot: rebuild it after editing inputs/outputs (or update it yourself).
 #pragma once
 
-#include "ops/kernel.hpp"  // Node owns an OpKernel: its destructor needs the complete type
+#include "graph/graph.hpp"
+#include "ops/op_traits.hpp"
 #include "opt/optimizer.hpp"
 
 #include <string>
@@ -128,7 +129,7 @@ namespace basalt {
 struct StaticShapes {
   std::vector<bool> known;
   std::vector<Shape> shape;
-  std::vector<std::string> symbols;  // dim -2 - k is symbols[k]
+  SymbolTable symbols;  // dim -2 - k is symbols.names[k]
   bool get(int v, Shape& out) const {
     if (!get_symbolic(v, out)) return false;
     for (int64_t d : out)
@@ -140,7 +141,7 @@ struct StaticShapes {
     out = shape[size_t(v)];
     return true;
   }
-  std::string dim_str(int64_t d) const { return d >= 0 ? std::to_string(d) : symbols[size_t(-2 - d)]; }
+  std::string dim_str(int64_t d) const { return d >= 0 ? std::to_string(d) : symbols.name(d); }
   std::string shape_str(const Shape& s) const;
 };
 StaticShapes infer_static_shapes(const Graph& g);

@@ -18,7 +18,7 @@
 // reported), so the saved model loads in any ONNX runtime.
 #pragma once
 
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 
 #include <cstdint>
 #include <map>

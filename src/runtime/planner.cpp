@@ -97,107 +97,30 @@ struct UnionFind {
   void unite(int a, int b) { p[size_t(find(a))] = find(b); }
 };
 
-// Kernels of these ops always return (a reshaped view of) input 0: their output needs no memory
-// of its own, and input 0's storage must live as long as the output.
-const std::unordered_set<std::string>& view_ops() {
-  static const std::unordered_set<std::string> s = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"};
-  return s;
+// The op's aliasing (ops/op_traits.hpp): View outputs need no memory of their own and keep input
+// 0's storage alive as long as they live; MaybeView outputs get their own block, and input 0 is
+// kept alive as long as the output in case the kernel passed it through; HoldsInputs outputs
+// (sequences, optionals, control flow) may hold any input.
+Alias alias_of(const Node& n) {
+  const OpTraits* t = op_traits(n);
+  return t ? t->alias_kind : Alias::None;
 }
-// These may return input 0 unchanged in a special case (identity permutation, same shape, one
-// input, same dtype, full slice): the output gets its own block, and input 0 is kept alive
-// as long as the output in case the kernel passed it through.
-const std::unordered_set<std::string>& maybe_view_ops() {
-  static const std::unordered_set<std::string> s = {"Dropout", "Transpose", "Expand", "Concat", "Cast", "CastLike",
-                                                    "Slice",   "Split",     "Sum",    "Max",    "Min",  "Mean"};
-  return s;
-}
-// Outputs of these may hold any input (sequences, optionals, control flow passing values through).
-bool holds_inputs(const Node& n) {
-  const std::string& o = n.op_type;
-  return o == "If" || o == "Loop" || o == "Scan" || o.rfind("Sequence", 0) == 0 || o.rfind("Optional", 0) == 0 ||
-         o == "ConcatFromSequence" || o == "SplitToSequence";
-}
+bool view_op(const Node& n) { return alias_of(n) == Alias::View; }
+bool maybe_view_op(const Node& n) { return alias_of(n) == Alias::MaybeView; }
+bool holds_inputs(const Node& n) { return alias_of(n) == Alias::HoldsInputs; }
 
 // Node attribute as an int, or `def` when absent or not an int.
 int64_t attr_or(const Node& n, const char* name, int64_t def) { return n.has_attr(name) ? n.attr_int(name, def) : def; }
 
 }  // namespace
 
-// The in-place contract, op by op. An op is listed only when its kernel, for the dtype and
-// shapes checked here, (1) asks for output 0 with KernelContext::output_uninit (a zero-filled
-// output() request would wipe the input first; ArenaRun::output refuses the in-place slot then,
-// so a kernel that changes this falls back to the heap instead of computing garbage), and (2)
-// computes each output element from the input elements at the same index only, reading them
-// before it stores (row kernels of kernels/eltwise.hpp state "x and y may be the same pointer";
-// threads split the index range, so no thread reads what another wrote). Every listed path is
-// float32: the reference paths of other dtypes use output() and are not listed.
-//   - fast_unary activations (src/ops/activation.cpp) and the float unary ops with a vectorized
-//     kernel (src/ops/elementwise.cpp, kFastUn): kernels::unary_f32 over the whole tensor.
-//   - Add/Sub/Mul/Div: binary_f32_plan walks output rows in order; an operand with the output's
-//     shape is read at the output's own offsets. A broadcast operand is read at other offsets,
-//     so it is never aliased (the shape check below excludes it).
-//   - BatchNormalization (inference): kernels' affine row per (n, c) plane, in place allowed.
-//   - Softmax/LogSoftmax over contiguous rows (inner size 1): the row kernel reads the row for
-//     its max before it writes, then rewrites its own output.
-//   - LayerNormalization with gamma/beta covering the normalized dims (layernorm_fast): the row
-//     kernel reads the whole row (mean, variance) before it writes it.
-// Not listed, and why: FusedConv's residual Z (the GEMM accumulates partial K sums into Y before
-// the epilogue reads Z), Pow/Where/Cast (output() or different dtypes), ops that may pass their
-// input through (Clip is safe: its float path always writes through unary_f32).
+// The in-place contract is declared op by op (ops/shape_fns.cpp, namespace in_place, says what
+// a kernel signs); only float32 outputs take part.
 std::vector<int> in_place_inputs(const Node& n, std::span<const std::pair<DType, Shape>> in,
                                  const std::pair<DType, Shape>& out) {
-  static const std::unordered_set<std::string> unary = {
-      "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Gelu", "Swish", "Clip",
-      "Exp",  "Sqrt",      "Erf",     "Reciprocal",  "Abs",       "Neg"};
-  static const std::unordered_set<std::string> binary = {"Add", "Sub", "Mul", "Div"};
-  std::vector<int> r;
-  // basalt::FusedBatchNormalization: BatchNormalization's kernel, then its activation per plane.
-  // basalt::NchwcBatchNormalization: the same on a blocked tensor (kernels::nchwc::scale_shift).
-  const bool fused_bn =
-      n.domain == "basalt" && (n.op_type == "FusedBatchNormalization" || n.op_type == "NchwcBatchNormalization");
-  if (!n.domain.empty() && n.domain != "ai.onnx" && !fused_bn) return r;
-  if (out.first != DType::Float || n.outputs.empty()) return r;
-  auto same = [&](size_t k) { return k < in.size() && in[k].first == out.first && in[k].second == out.second; };
-  static const std::string kBatchNorm = "BatchNormalization";
-  const std::string& op = fused_bn ? kBatchNorm : n.op_type;
-  if (unary.count(op) || op == "Softmax" || op == "LogSoftmax" || op == "BatchNormalization" ||
-      op == "LayerNormalization") {
-    if (!same(0)) return r;
-    const Shape& s = out.second;
-    if (op == "Softmax" || op == "LogSoftmax") {
-      // Opset 13+: one axis, contiguous only when it is the last one. Before 13 the input is
-      // flattened at `axis` into rows, always contiguous.
-      if (n.opset >= 13 && !s.empty()) {
-        int64_t ax = attr_or(n, "axis", -1);
-        if (ax < 0) ax += int64_t(s.size());
-        if (ax != int64_t(s.size()) - 1) return r;
-      }
-      if (!s.empty() && s.back() == 0) return r;
-    } else if (op == "BatchNormalization") {
-      if (n.opset >= 14 && attr_or(n, "training_mode", 0) != 0) return r;
-      if (n.outputs.size() > 1) return r;  // running statistics: training graphs
-    } else if (op == "LayerNormalization") {
-      if (s.empty() || n.outputs.size() > 1) return r;  // mean / inv_std_dev outputs: not planned here
-      int64_t ax = attr_or(n, "axis", -1);
-      if (ax < 0) ax += int64_t(s.size());
-      if (ax < 0 || ax >= int64_t(s.size())) return r;
-      // layernorm_fast's condition: scale and bias are float, leading 1s then the normalized dims.
-      const size_t norm = s.size() - size_t(ax);
-      for (size_t k = 1; k < 3 && k < in.size(); ++k) {
-        const Shape& t = in[k].second;
-        if (t.size() == 1 && t[0] < 0) continue;  // omitted input
-        if (in[k].first != DType::Float || t.size() < norm) return r;
-        const size_t lead = t.size() - norm;
-        for (size_t d = 0; d < t.size(); ++d)
-          if (t[d] != (d < lead ? 1 : s[size_t(ax) + d - lead])) return r;
-      }
-    }
-    r.push_back(0);
-  } else if (binary.count(op)) {
-    if (same(0)) r.push_back(0);
-    if (same(1)) r.push_back(1);
-  }
-  return r;
+  if (out.first != DType::Float || n.outputs.empty()) return {};
+  const OpTraits* t = op_traits(n);
+  return t && t->in_place_fn ? t->in_place_fn(n, in, out) : std::vector<int>{};
 }
 
 MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Shape>> inputs, int threads,
@@ -227,12 +150,12 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
   for (const Node& n : g.nodes) {
     if (n.inputs.empty()) continue;
     int in0 = n.inputs[0];
-    if (view_ops().count(n.op_type)) {
+    if (view_op(n)) {
       if (in0 >= 0 && !n.outputs.empty() && n.outputs[0] >= 0) {
         uf.unite(n.outputs[0], in0);
         is_view[size_t(n.outputs[0])] = true;
       }
-    } else if (maybe_view_ops().count(n.op_type)) {
+    } else if (maybe_view_op(n)) {
       if (in0 < 0) continue;
       for (int o : n.outputs) {
         if (o < 0) continue;
@@ -319,7 +242,7 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
     std::vector<std::pair<DType, Shape>> in_shapes;
     for (int ni = 0; ni < N; ++ni) {
       const Node& n = g.nodes[size_t(ni)];
-      if (view_ops().count(n.op_type) && !n.inputs.empty() && n.inputs[0] >= 0 && !n.outputs.empty() &&
+      if (view_op(n) && !n.inputs.empty() && n.inputs[0] >= 0 && !n.outputs.empty() &&
           n.outputs[0] >= 0 && is_view[size_t(n.outputs[0])])
         storage[size_t(n.outputs[0])] = storage[size_t(n.inputs[0])];
       if (!n.kernel || n.outputs.empty() || n.outputs[0] < 0 || !planned[size_t(n.outputs[0])]) continue;

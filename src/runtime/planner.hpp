@@ -18,8 +18,8 @@
 #pragma once
 
 #include "graph/graph.hpp"
-#include "runtime/arena.hpp"
-#include "runtime/dynamic_pool.hpp"
+#include "core/arena.hpp"
+#include "core/dynamic_pool.hpp"
 
 #include <basalt/tensor.hpp>
 

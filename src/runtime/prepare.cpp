@@ -4,8 +4,8 @@
 #include "onnx/tensor_proto.hpp"
 #include "opt/graph_util.hpp"
 #include "ops/kernel.hpp"
-#include "runtime/model.hpp"
-#include "runtime/thread_pool.hpp"
+#include "graph/model.hpp"
+#include "core/thread_pool.hpp"
 
 #include <chrono>
 #include <cstdint>

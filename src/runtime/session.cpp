@@ -3,9 +3,9 @@
 #include "opt/optimizer.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/planner.hpp"
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 #include "runtime/profiler.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -12,7 +12,7 @@
 // bitwise equal to the first run's (made alone, before any other run).
 // Inputs are made once (the same options as `basalt run`) and reused by every run.
 #include "kernels/cpu.hpp"
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 #include "tools/cli.hpp"
 #include "tools/rss.hpp"
 

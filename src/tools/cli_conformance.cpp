@@ -1,7 +1,7 @@
 // `basalt conformance`: runs ONNX backend test folders (model.onnx + test_data_set_*/) and
 // compares like the ONNX runner. Each test runs in a forked child with a timeout, so a crash or
 // hang in one test is reported as that test's failure and cannot take the whole run down.
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 #include "tools/cli.hpp"
 #include "tools/testdata.hpp"
 

@@ -10,8 +10,8 @@
 // --tol (default 1e-5).
 #include "onnx/writer.hpp"
 #include "opt/optimizer.hpp"
-#include "runtime/model.hpp"
-#include "runtime/thread_pool.hpp"
+#include "graph/model.hpp"
+#include "core/thread_pool.hpp"
 #include "tools/cli.hpp"
 
 #include <nlohmann/json.hpp>

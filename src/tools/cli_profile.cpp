@@ -5,7 +5,7 @@
 // and Gemm; the largest tensors; and the moment "tensor bytes in use" peaked (the node that had
 // just run and the tensors alive then). Times are means over the K recorded runs.
 #include "kernels/cpu.hpp"
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 #include "runtime/profiler.hpp"
 #include "tools/cli.hpp"
 

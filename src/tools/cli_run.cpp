@@ -1,4 +1,4 @@
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 #include "tools/cli.hpp"
 #include "opt/optimizer.hpp"
 #include "tools/npy.hpp"

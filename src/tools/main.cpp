@@ -4,7 +4,7 @@
 // 2 bad command line. `conformance` exits 1 when any test failed.
 #include <basalt/basalt.hpp>
 
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 #include "tools/cli.hpp"
 
 #include <cstdio>

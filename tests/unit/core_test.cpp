@@ -2,7 +2,7 @@
 // robustness on hostile bytes, and running one session from several threads.
 #include "ops/common.hpp"
 #include "onnx/proto.hpp"
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 #include "tools/npy.hpp"
 
 #include <basalt/basalt.hpp>

@@ -7,7 +7,7 @@
 #include "op_tester.hpp"
 #include "ops/common.hpp"
 #include "opt/passes.hpp"
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 
 #include <basalt/basalt.hpp>
 

@@ -3,7 +3,7 @@
 #pragma once
 
 #include "kernels/cpu.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -10,7 +10,7 @@
 #include "ops/common.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/winograd.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <basalt/error.hpp>
 #include <gtest/gtest.h>

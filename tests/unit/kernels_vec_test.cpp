@@ -8,7 +8,7 @@
 #include "kernels/eltwise.hpp"
 #include "kernels/pool.hpp"
 #include "op_tester.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <gtest/gtest.h>
 

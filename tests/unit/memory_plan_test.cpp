@@ -7,10 +7,10 @@
 #include "pb_writer.hpp"
 
 #include "core/pages.hpp"
-#include "runtime/arena.hpp"
-#include "runtime/model.hpp"
+#include "core/arena.hpp"
+#include "graph/model.hpp"
 #include "runtime/planner.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <atomic>
 #include <cstring>

@@ -11,7 +11,7 @@
 #pragma once
 
 #include "ops/kernel.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <basalt/error.hpp>
 #include <basalt/tensor.hpp>

@@ -10,7 +10,7 @@
 #include "op_tester.hpp"
 #include "opt/graph_util.hpp"
 #include "opt/optimizer.hpp"
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 
 #include <gtest/gtest.h>
 

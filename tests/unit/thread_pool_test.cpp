@@ -1,5 +1,5 @@
 #include "kernels/slot_set.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <gtest/gtest.h>
 

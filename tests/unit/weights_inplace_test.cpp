@@ -10,7 +10,7 @@
 #include "pb_writer.hpp"
 
 #include "ops/kernel.hpp"
-#include "runtime/model.hpp"
+#include "graph/model.hpp"
 
 #include <cstdio>
 #include <cstring>

@@ -7,7 +7,7 @@
 #include "op_tester.hpp"
 
 #include "kernels/winograd.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <gtest/gtest.h>
 

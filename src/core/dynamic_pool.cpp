@@ -1,4 +1,4 @@
-#include "runtime/dynamic_pool.hpp"
+#include "core/dynamic_pool.hpp"
 
 #include "core/pages.hpp"
 

@@ -1,4 +1,4 @@
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <linux/futex.h>
 #include <fcntl.h>

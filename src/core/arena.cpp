@@ -1,7 +1,7 @@
-#include "runtime/arena.hpp"
+#include "core/arena.hpp"
 
 #include "core/pages.hpp"
-#include "runtime/thread_pool.hpp"
+#include "core/thread_pool.hpp"
 
 #include <basalt/error.hpp>
 #include <basalt/tensor.hpp>
