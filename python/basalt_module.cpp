@@ -89,6 +89,20 @@ void make_exception_types(py::module_& m) {
 
 [[noreturn]] void invalid_argument(const std::string& msg) { throw basalt::Error(ErrorCode::InvalidArgument, msg); }
 
+// Sets one option through SessionOptions::validate, the one range check (InvalidArgumentError,
+// a ValueError, names the field); a rejected value leaves the options as they were.
+template <class F>
+void set_checked(basalt::SessionOptions& o, const char* attr, F&& set) {
+  basalt::SessionOptions t = o;
+  set(t);
+  try {
+    t.validate();
+  } catch (const basalt::Error& e) {
+    throw basalt::Error(e.code(), std::string(attr) + ": " + e.what());
+  }
+  o = t;
+}
+
 // ---------------------------------------------------------------- dtypes
 
 // The numpy dtype for a basalt dtype that numpy can hold bit for bit, or nullptr.
@@ -568,15 +582,13 @@ PYBIND11_MODULE(basalt, m) {
       .def_property(
           "intra_op_num_threads", [](const basalt::SessionOptions& o) { return o.threads; },
           [](basalt::SessionOptions& o, int n) {
-            if (n < 0) throw py::value_error("intra_op_num_threads must be >= 0 (0 = all cores)");
-            o.threads = n;
+            set_checked(o, "intra_op_num_threads", [&](basalt::SessionOptions& t) { t.threads = n; });
           },
           "Threads one run may use inside an op, the calling thread included; 0 = every core this process may use.")
       .def_property(
           "threads", [](const basalt::SessionOptions& o) { return o.threads; },
           [](basalt::SessionOptions& o, int n) {
-            if (n < 0) throw py::value_error("threads must be >= 0 (0 = all cores)");
-            o.threads = n;
+            set_checked(o, "threads", [&](basalt::SessionOptions& t) { t.threads = n; });
           },
           "Alias of intra_op_num_threads.")
       .def_readwrite("memory_limit", &basalt::SessionOptions::memory_limit,
@@ -590,8 +602,7 @@ PYBIND11_MODULE(basalt, m) {
       .def_property(
           "spin_us", [](const basalt::SessionOptions& o) { return o.spin_us; },
           [](basalt::SessionOptions& o, int v) {
-            if (v < 0) throw py::value_error("spin_us must be >= 0 (0 = never spin)");
-            o.spin_us = v;
+            set_checked(o, "spin_us", [&](basalt::SessionOptions& t) { t.spin_us = v; });
           },
           "Microseconds an idle pool thread spins before it sleeps; 0 = never spin.")
       .def_property(
@@ -601,9 +612,7 @@ PYBIND11_MODULE(basalt, m) {
             if (py::isinstance<py::int_>(v)) l = v.cast<int>();
             else if (py::hasattr(v, "value")) l = v.attr("value").cast<int>();  // onnxruntime-style enum
             if (l == 99) l = 3;                                                   // ORT_ENABLE_ALL
-            if (l < 0 || l > 3)
-              throw py::value_error("graph_optimization_level must be 0 (none), 1 (basic), 2 (extended) or 3/99 (all)");
-            o.optimization_level = l;
+            set_checked(o, "graph_optimization_level", [&](basalt::SessionOptions& t) { t.optimization_level = l; });
           },
           "0 none, 1 basic, 2 extended, 3 (or 99, onnxruntime's ORT_ENABLE_ALL) all; default all.")
       .def_property(

@@ -62,6 +62,11 @@ struct SessionOptions {
   // peak RSS 170 -> 118 MB, run 66 -> 79 ms). BASALT_WINOGRAD=0 in the environment turns it off
   // for every session; false here also overrides BASALT_WINOGRAD=2/4.
   bool winograd = true;
+
+  // The one check of these options (the C API, the Python module and the CLI all come through
+  // it): throws Error(InvalidArgument) naming the first field out of range. Sessions call it
+  // before they load anything.
+  void validate() const;
 };
 
 // Memory figures of a session (Session::memory_stats).

@@ -104,7 +104,6 @@ basalt::SessionOptions read_options(const basalt_session_options* o) {
   // Version 1 ends after memory_limit; later versions only append.
   constexpr size_t kV1 = offsetof(basalt_session_options, memory_limit) + sizeof(uint64_t);
   check_in_struct(o, o->struct_size, kV1, sizeof(basalt_session_options), "basalt_session_options");
-  if (o->threads < 0) invalid("basalt_session_options.threads must be >= 0 (0 = default), got " + std::to_string(o->threads));
   so.threads = o->threads;
   so.allow_unsupported = o->allow_unsupported != 0;
   so.memory_limit = o->memory_limit;
@@ -151,6 +150,7 @@ basalt::SessionOptions read_options(const basalt_session_options* o) {
   if (has(offsetof(basalt_session_options, reserved4), sizeof(int32_t)) && o->reserved4 != 0)
     fail(BASALT_STATUS_UNSUPPORTED, "basalt_session_options.reserved4 must be 0: this library (API version " +
                                         std::to_string(BASALT_API_VERSION) + ") does not know what it asks for");
+  so.validate();  // the ranges: one check for every front end (include/basalt/basalt.hpp)
   return so;
 }
 

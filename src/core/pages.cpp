@@ -1,4 +1,5 @@
 #include "core/pages.hpp"
+#include "core/config.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -115,8 +116,7 @@ std::atomic<int> g_huge{-1};
 bool huge_pages_wanted() {
   int v = g_huge.load(std::memory_order_relaxed);
   if (v < 0) {
-    const char* e = std::getenv("BASALT_HUGE_PAGES");
-    int want = e && std::string(e) == "1" ? 1 : 0;
+    int want = env_config().huge_pages ? 1 : 0;
     g_huge.compare_exchange_strong(v, want);  // a concurrent set_huge_pages_wanted wins
     v = g_huge.load(std::memory_order_relaxed);
   }

@@ -1,4 +1,5 @@
 #include "core/thread_pool.hpp"
+#include "core/config.hpp"
 
 #include <linux/futex.h>
 #include <fcntl.h>
@@ -35,11 +36,7 @@ constexpr int64_t kPreemptedGapNs = 200'000;
 constexpr int64_t kBusyNs = 200'000'000;
 // BASALT_POOL_APART=0 leaves thread placement to the scheduler on a busy machine (for comparing).
 bool no_apart() {
-  static const bool off = [] {
-    const char* v = std::getenv("BASALT_POOL_APART");
-    return v && v[0] == '0';
-  }();
-  return off;
+  return !env_config().pool_apart;
 }
 }  // namespace
 

@@ -1,4 +1,5 @@
 #include "kernels/cpu.hpp"
+#include "core/config.hpp"
 
 #if defined(__x86_64__)
 #include <cpuid.h>
@@ -18,11 +19,11 @@ static Isa detect() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     isa = Isa::Avx512;
 #endif
-  if (const char* e = std::getenv("BASALT_ISA")) {
+  if (const std::string& e = env_config().isa; !e.empty()) {
     Isa cap = isa;
-    if (!std::strcmp(e, "portable")) cap = Isa::Portable;
-    else if (!std::strcmp(e, "avx2")) cap = Isa::Avx2;
-    else if (!std::strcmp(e, "avx512")) cap = Isa::Avx512;
+    if (e == "portable") cap = Isa::Portable;
+    else if (e == "avx2") cap = Isa::Avx2;
+    else if (e == "avx512") cap = Isa::Avx512;
     if (int(cap) < int(isa)) isa = cap;
   }
   return isa;
@@ -34,10 +35,7 @@ Isa best_isa() {
 }
 
 static int detect_fma512_pipes() {
-  if (const char* e = std::getenv("BASALT_FMA512_PIPES")) {
-    if (!std::strcmp(e, "1")) return 1;
-    if (!std::strcmp(e, "2")) return 2;
-  }
+  if (int p = env_config().fma512_pipes) return p;
 #if defined(__x86_64__)
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (__get_cpuid(0, &a, &b, &c, &d)) {

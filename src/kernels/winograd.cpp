@@ -1,5 +1,8 @@
 // Winograd convolution driver, weight transform and the portable transforms (see winograd.hpp).
 #include "kernels/winograd.hpp"
+#include "core/config.hpp"
+
+#include <basalt/error.hpp>
 
 #include "kernels/slot_set.hpp"
 #include "core/thread_pool.hpp"
@@ -35,12 +38,7 @@ constexpr int kMaxSlots = SlotSet::kMax;
 
 // BASALT_WINOGRAD: -1 = not set.
 int env_tile() {
-  static const int v = [] {
-    const char* e = std::getenv("BASALT_WINOGRAD");
-    if (!e || !*e) return -1;
-    return std::atoi(e);
-  }();
-  return v;
+  return env_config().winograd;
 }
 
 // G of F(4x4, 3x3) and F(2x2, 3x3) (Lavin & Gray 2016), rows = transform positions.
@@ -119,7 +117,7 @@ int64_t winograd_scratch_floats(int tile, int nr) {
 }
 
 WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, const float* w, int tile, bool blocked) {
-  if (tile != 2 && tile != 4) throw std::invalid_argument("winograd_pack_weights: tile must be 2 or 4");
+  if (tile != 2 && tile != 4) BASALT_THROW(Internal, "winograd_pack_weights: tile must be 2 or 4");
   WinogradWeights u;
   u.arch = &g;
   u.tile = tile;
@@ -141,7 +139,7 @@ WinogradWeights winograd_pack_weights(const GemmArch& g, const Conv2dShape& s, c
   // independent lanes the compiler vectorizes (ResNet-50 session creation, perf samples: 15% ->
   // 5% of it).
   constexpr int64_t kMaxPanel = 64;
-  if (pw > kMaxPanel) throw std::invalid_argument("winograd_pack_weights: panel wider than 64");
+  if (pw > kMaxPanel) BASALT_THROW(Internal, "winograd_pack_weights: panel wider than 64");
   for (int64_t m0 = 0; m0 < M; m0 += pw) {
     const int64_t nm = std::min(pw, M - m0);
     float* panel = out + (m0 / pw) * C * pw;
@@ -175,9 +173,9 @@ int64_t winograd_workspace_floats(const GemmArch& g, const Conv2dShape& s, int t
 void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, const WinogradWeights& u,
                      const float* bias, const float* residual, const Activation& act, float* y, ThreadPool* pool,
                      float* workspace) {
-  if (!winograd_applicable(s)) throw std::invalid_argument("conv2d_winograd: not a 3x3 stride-1 ungrouped conv");
+  if (!winograd_applicable(s)) BASALT_THROW(Internal, "conv2d_winograd: not a 3x3 stride-1 ungrouped conv");
   if (u.arch != &g || u.M != s.M || u.C != s.C || (u.tile != 2 && u.tile != 4))
-    throw std::invalid_argument("conv2d_winograd: weights were transformed for another arch or shape");
+    BASALT_THROW(Internal, "conv2d_winograd: weights were transformed for another arch or shape");
   const int MT = u.tile, A = MT + 2, AA = A * A;
   const int64_t M = s.M, C = s.C, T = winograd_block_tiles(g);
   const int64_t tiles = s.N * ((s.OH + MT - 1) / MT) * ((s.OW + MT - 1) / MT);

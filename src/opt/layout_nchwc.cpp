@@ -20,6 +20,7 @@
 //       the blocked tensors.
 // A blocked value read by anything else (or a graph output) gets one basalt::ReorderFromNchwc.
 #include "kernels/cpu.hpp"
+#include "core/config.hpp"
 #include "kernels/nchwc.hpp"
 #include "kernels/winograd.hpp"
 #include "opt/passes.hpp"
@@ -37,8 +38,7 @@ namespace {
 bool std_op(const Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
 
 bool env_disabled() {
-  const char* e = std::getenv("BASALT_NCHWC");
-  return e && std::strcmp(e, "0") == 0;
+  return !env_config().nchwc;
 }
 
 // Explicit 2-D pads of a conv or pool: auto_pad NOTSET / VALID only.

@@ -1,5 +1,6 @@
 #include "runtime/executor.hpp"
 
+#include "core/config.hpp"
 #include "runtime/planner.hpp"
 #include "runtime/profiler.hpp"
 
@@ -163,7 +164,7 @@ static std::vector<Value> execute_impl(const Graph& g, std::span<const Value> in
     KernelContext ctx(node, ins, outs, impl, rc);
     // BASALT_PLAN_DEBUG=1: name the nodes that allocate outside the plan (for finding kernels to
     // move onto ctx.output / ctx.workspace).
-    static const bool debug_allocs = std::getenv("BASALT_PLAN_DEBUG") != nullptr;
+    static const bool debug_allocs = env_config().plan_debug;
     const uint64_t allocs0 = debug_allocs ? allocation_count() : 0;
     try {
       node.kernel->compute(ctx);

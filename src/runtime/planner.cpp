@@ -1,5 +1,6 @@
 #include "runtime/planner.hpp"
 
+#include "core/config.hpp"
 #include "ops/kernel.hpp"
 #include "runtime/shape_infer.hpp"
 
@@ -125,11 +126,7 @@ std::vector<int> in_place_inputs(const Node& n, std::span<const std::pair<DType,
 
 MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Shape>> inputs, int threads,
                              uint64_t weights_bytes, uint64_t packed_weights_bytes, bool in_place) {
-  static const bool in_place_env = [] {
-    const char* e = std::getenv("BASALT_PLAN_IN_PLACE");
-    return !(e && std::string(e) == "0");
-  }();
-  in_place = in_place && in_place_env;
+  in_place = in_place && env_config().plan_in_place;
   MemoryPlan plan;
   plan.key = shape_key(inputs);
   plan.weights_bytes = weights_bytes;
@@ -382,13 +379,13 @@ void* ArenaRun::output(const Node& n, int i, DType dt, const Shape& shape, bool 
   if (zero && size_t(v) < plan->in_place_of.size() && plan->in_place_of[size_t(v)] >= 0) {
     // The slot is the input's block: zero-filling it now would destroy the input before the
     // kernel reads it (a kernel breaking the in-place contract, see in_place_inputs).
-    if (std::getenv("BASALT_PLAN_DEBUG"))
+    if (env_config().plan_debug)
       std::fprintf(stderr, "plan miss: %s output %d: in-place slot asked for zero-filled\n", n.describe().c_str(), i);
     ++fallbacks;
     return nullptr;
   }
   if (abandoned || !base || s.dtype != dt || s.shape != shape) {
-    if (std::getenv("BASALT_PLAN_DEBUG"))
+    if (env_config().plan_debug)
       std::fprintf(stderr, "plan miss: %s output %d: planned %s %s, got %s %s%s\n", n.describe().c_str(), i,
                    dtype_name(s.dtype), shape_str(s.shape).c_str(), dtype_name(dt), shape_str(shape).c_str(),
                    abandoned ? " (arena abandoned)" : "");

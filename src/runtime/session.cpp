@@ -80,7 +80,24 @@ static IoInfo make_info(const ValueDef& v) {
 }
 
 
+// Bounds that keep a typo from becoming a hang or an exhausted machine: a million pool threads,
+// an hour of spinning.
+constexpr int kMaxThreads = 4096;
+constexpr int kMaxSpinUs = 1'000'000;
+
+void SessionOptions::validate() const {
+  auto bad = [](const std::string& what) { BASALT_THROW(InvalidArgument, "SessionOptions." + what); };
+  if (threads < 0 || threads > kMaxThreads)
+    bad("threads must be 0 (every core) or 1.." + std::to_string(kMaxThreads) + ", got " + std::to_string(threads));
+  if (spin_us < 0 || spin_us > kMaxSpinUs)
+    bad("spin_us must be 0 (never spin) or 1.." + std::to_string(kMaxSpinUs) + " microseconds, got " +
+        std::to_string(spin_us));
+  if (optimization_level < 0 || optimization_level > 3)
+    bad("optimization_level must be 0..3 (none, basic, extended, all), got " + std::to_string(optimization_level));
+}
+
 std::unique_ptr<Session> Session::open(const std::string& path, const SessionOptions& opts) {
+  opts.validate();
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
   int64_t t0 = prof_now_ns();
@@ -90,6 +107,7 @@ std::unique_ptr<Session> Session::open(const std::string& path, const SessionOpt
 }
 
 std::unique_ptr<Session> Session::from_bytes(const void* data, size_t size, const SessionOptions& opts) {
+  opts.validate();
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
   int64_t t0 = prof_now_ns();
@@ -102,16 +120,12 @@ std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const Session
   auto impl = std::make_unique<Session::Impl>();
   impl->model = std::move(m);
   impl->opts = opts;
-  if (opts.threads < 0) BASALT_THROW(InvalidArgument, "SessionOptions.threads must be >= 0 (0 = all cores), got " + std::to_string(opts.threads));
-  if (opts.spin_us < 0) BASALT_THROW(InvalidArgument, "SessionOptions.spin_us must be >= 0, got " + std::to_string(opts.spin_us));
+  opts.validate();
   int threads = opts.threads > 0 ? opts.threads : ThreadPool::available_cores();
   impl->pool = opts.shared_pool ? ThreadPool::shared(threads, opts.spin_us) : std::make_shared<ThreadPool>(threads, opts.spin_us);
   impl->opts.threads = impl->pool->threads();
   impl->plans = std::make_unique<PlanCache>(opts.plan_cache_entries, opts.plan_cache_bytes);
   impl->dynamic = std::make_shared<DynamicPool>(opts.dynamic_pool_bytes);
-  if (opts.optimization_level < 0 || opts.optimization_level > 3)
-    BASALT_THROW(InvalidArgument, "SessionOptions.optimization_level must be 0..3 (none, basic, extended, all), got " +
-                                      std::to_string(opts.optimization_level));
   {
     // Kernels do not exist yet: passes rewrite plain graph nodes (src/opt/optimizer.hpp).
     OptimizeOptions oo;

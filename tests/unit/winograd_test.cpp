@@ -420,8 +420,8 @@ TEST(Winograd, RejectsMismatchedWeights) {
   other.M = 32;
   std::vector<float> ws(static_cast<size_t>(k::winograd_workspace_floats(g, other, 2, 1)));
   EXPECT_THROW(k::conv2d_winograd(g, other, x.data(), u, nullptr, nullptr, k::Activation{}, y.data(), nullptr, ws.data()),
-               std::invalid_argument);
-  EXPECT_THROW(k::winograd_pack_weights(g, s, w.data(), 3), std::invalid_argument);
+               basalt::Error);
+  EXPECT_THROW(k::winograd_pack_weights(g, s, w.data(), 3), basalt::Error);
 }
 
 // The Conv / FusedConv kernels: weights given as constants at prepare take the Winograd path
