@@ -965,6 +965,10 @@ void register_attention_ops(OpRegistry& r) {
   r.def("Attention").infer(shapes::attention);
   r.def("basalt", "Attention").infer(shapes::attention);
   for (const char* op : {"CumProd", "RotaryEmbedding"}) r.def(op).infer_symbolic(shapes::same);
+  r.def("BitCast").infer_symbolic(shapes::bitcast);
+  r.def("ai.onnx.preview", "FlexAttention").infer(shapes::flex_attention);
+  r.def("LinearAttention").infer(shapes::linear_attention);
+  r.def("SwiGLU").infer_symbolic(shapes::swiglu);
 }
 
 }  // namespace basalt

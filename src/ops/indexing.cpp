@@ -954,6 +954,8 @@ void register_indexing_ops(OpRegistry& r) {
   for (const char* op : {"CumSum", "ReverseSequence", "Scatter", "ScatterElements", "ScatterND"}) r.def(op).infer_symbolic(shapes::same);
   r.def("Gather").infer(shapes::gather);
   r.def("GatherElements").infer_symbolic(shapes::gather_elements);
+  r.def("GatherND").infer(shapes::gather_nd);
+  r.def("TensorScatter").infer_symbolic(shapes::tensor_scatter);
 }
 
 }  // namespace basalt

@@ -122,6 +122,9 @@ void register_misc_ops(OpRegistry& r) {
   // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
   r.def("Identity").infer_symbolic(shapes::same).alias(Alias::View);
   r.def("basalt", "SumToShape").data_dependent_shape();
+  r.def(kTraining, "Adagrad").infer_symbolic(shapes::adagrad);
+  r.def(kTraining, "Adam").infer_symbolic(shapes::adam);
+  r.def(kTraining, "Momentum").infer_symbolic(shapes::momentum);
 }
 
 }  // namespace basalt

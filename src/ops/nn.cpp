@@ -2967,6 +2967,14 @@ void register_nn_ops(OpRegistry& r) {
   r.def("basalt", "NchwcGlobalMaxPool").infer_symbolic(shapes::nchwc_global_pool);
   r.def("basalt", "ReorderFromNchwc").infer_symbolic(shapes::reorder_from_nchwc);
   r.def("basalt", "ReorderToNchwc").infer_symbolic(shapes::reorder_to_nchwc);
+  r.def("CausalConvWithState").infer(shapes::causal_conv_with_state);
+  r.def("DeformConv").infer(shapes::deform_conv);
+  r.def("GridSample").infer(shapes::grid_sample);
+  r.def("MaxRoiPool").infer(shapes::max_roi_pool);
+  // MaxUnpool's optional output_shape input sets the shape by its values: the rule knows it only
+  // from a known value (a constant), and gives up otherwise.
+  r.def("MaxUnpool").infer(shapes::max_unpool);
+  r.def("RoiAlign").infer(shapes::roi_align);
 }
 
 }  // namespace basalt

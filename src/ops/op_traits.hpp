@@ -157,6 +157,39 @@ bool depth_to_space(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool space_to_depth(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool quantize_linear(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool dequantize_linear(const Node&, const ShapeInputs&, ShapeOutputs&);
+// Rules of single ops (one op each unless said).
+bool bernoulli(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool bitcast(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool causal_conv_with_state(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool deform_conv(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool det(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool dynamic_quantize_linear(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool einsum(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool eye_like(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool gather_nd(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool grid_sample(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool linear_attention(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool max_roi_pool(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool max_unpool(const Node&, const ShapeInputs&, ShapeOutputs&);  // output_shape input: known values only
+bool multinomial(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool negative_log_likelihood_loss(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool qlinear_conv(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool qlinear_matmul(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool random_tensor(const Node&, const ShapeInputs&, ShapeOutputs&);  // RandomUniform, RandomNormal
+bool random_like(const Node&, const ShapeInputs&, ShapeOutputs&);  // RandomUniformLike, RandomNormalLike
+bool roi_align(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool softmax_cross_entropy_loss(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool swiglu(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool tensor_scatter(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool tfidf_vectorizer(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool array_feature_extractor(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool binarizer(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool label_encoder(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool tree_ensemble(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool adagrad(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool momentum(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool adam(const Node&, const ShapeInputs&, ShapeOutputs&);
+bool flex_attention(const Node&, const ShapeInputs&, ShapeOutputs&);
 }  // namespace shapes
 
 // In-place rules ops share (ops/shape_fns.cpp). Each is an InPlaceFn.

@@ -794,6 +794,9 @@ void register_quant_ops(OpRegistry& r) {
   r.def("DequantizeLinear").infer_symbolic(shapes::dequantize_linear);
   r.def("MatMulInteger").infer_symbolic(shapes::matmul_integer);
   r.def("QuantizeLinear").infer_symbolic(shapes::quantize_linear);
+  r.def("DynamicQuantizeLinear").infer_symbolic(shapes::dynamic_quantize_linear);
+  r.def("QLinearConv").infer(shapes::qlinear_conv);
+  r.def("QLinearMatMul").infer_symbolic(shapes::qlinear_matmul);
 }
 
 }  // namespace basalt

@@ -1368,6 +1368,10 @@ void register_reduce_ops(OpRegistry& r) {
   r.def("LayerNormalization").infer(shapes::layer_norm).in_place(in_place::layer_norm_f32);
   for (const char* op : {"LogSoftmax", "Softmax"}) r.def(op).infer_symbolic(shapes::same).in_place(in_place::softmax_f32);
   for (const char* op : {"ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare"}) r.def(op).infer(shapes::reduce);
+  r.def("Det").infer(shapes::det);
+  r.def("Einsum").infer(shapes::einsum);
+  r.def("NegativeLogLikelihoodLoss").infer(shapes::negative_log_likelihood_loss);
+  r.def("SoftmaxCrossEntropyLoss").infer(shapes::softmax_cross_entropy_loss);
 }
 
 }  // namespace basalt

@@ -1214,6 +1214,15 @@ void register_signal_ops(OpRegistry& r) {
   for (const char* op : {"BlackmanWindow", "DFT", "HammingWindow", "HannWindow", "MelWeightMatrix", "STFT", "StringNormalizer", "StringSplit"}) r.def(op).data_dependent_shape();
   r.def("RegexFullMatch").infer_symbolic(shapes::same_bool);
   r.def("StringConcat").infer_symbolic(shapes::broadcast);
+  r.def("Bernoulli").infer_symbolic(shapes::bernoulli);
+  r.def("Multinomial").infer(shapes::multinomial);
+  for (const char* op : {"RandomNormal", "RandomUniform"}) r.def(op).infer(shapes::random_tensor);
+  for (const char* op : {"RandomNormalLike", "RandomUniformLike"}) r.def(op).infer_symbolic(shapes::random_like);
+  r.def("TfIdfVectorizer").infer(shapes::tfidf_vectorizer);
+  r.def("ai.onnx.ml", "ArrayFeatureExtractor").infer(shapes::array_feature_extractor);
+  r.def("ai.onnx.ml", "Binarizer").infer_symbolic(shapes::binarizer);
+  r.def("ai.onnx.ml", "LabelEncoder").infer_symbolic(shapes::label_encoder);
+  r.def("ai.onnx.ml", "TreeEnsemble").infer(shapes::tree_ensemble);
 }
 
 }  // namespace basalt

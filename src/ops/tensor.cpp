@@ -1317,6 +1317,7 @@ void register_tensor_ops(OpRegistry& r) {
   r.def("Transpose").infer_symbolic(shapes::transpose).alias(Alias::MaybeView);
   r.def("Trilu").infer_symbolic(shapes::same);
   r.def("Unsqueeze").infer(shapes::unsqueeze).alias(Alias::View);
+  r.def("EyeLike").infer_symbolic(shapes::eye_like);
 }
 
 }  // namespace basalt
