@@ -623,7 +623,7 @@ PYBIND11_MODULE(basalt, m) {
           },
           "Memory plans cached per input-shape signature (LRU); 0 = plan every run.")
       .def_readwrite("plan_cache_bytes", &basalt::SessionOptions::plan_cache_bytes,
-                     "Bound on the cached plans' arena bytes.")
+                     "Bound on the resident bytes the cached plans keep (memory_stats()['plan_cache_bytes']).")
       .def_readwrite("dynamic_pool_bytes", &basalt::SessionOptions::dynamic_pool_bytes,
                      "Idle bytes kept by the pool of tensors whose size depends on data (0 = keep none).")
       .def_readwrite("winograd", &basalt::SessionOptions::winograd,

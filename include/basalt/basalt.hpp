@@ -44,10 +44,15 @@ struct SessionOptions {
   bool enable_profiling = false;
   // Graph optimization level: 0 none, 1 basic, 2 extended, 3 all (see src/opt/optimizer.hpp).
   int optimization_level = 3;
-  // Memory plans are cached per input-shape signature in an LRU bounded by entries and bytes
-  // (arena bytes of the cached plans); 0 entries = no caching (plan every run).
+  // Memory plans are cached per input-shape signature in an LRU bounded by entries and by the
+  // resident bytes the cached plans keep (slots, packed shapes, lifetimes: MemoryStats::
+  // plan_cache_bytes); 0 entries = no caching (plan every run). A plan larger than the byte bound
+  // is used for its run and not kept.
   size_t plan_cache_entries = 32;
-  uint64_t plan_cache_bytes = uint64_t(2) << 30;
+  uint64_t plan_cache_bytes = kDefaultPlanCacheBytes;
+  // 8 MiB: 32 plans of a 5,000-value graph (about 40 bytes per value and node, shapes packed;
+  // PaddleOCR det's 1,000-odd values take 38 KB a plan). A larger plan runs uncached.
+  static constexpr uint64_t kDefaultPlanCacheBytes = uint64_t(8) << 20;
   // Run in a planned arena (runtime/planner.hpp). Off: every tensor comes from the heap (for
   // comparing results and memory); the plan is still made for the memory limit.
   bool memory_plan = true;
@@ -77,7 +82,7 @@ struct MemoryStats {
   // Plan cache (shape-keyed): counters since the session was created.
   uint64_t plan_cache_hits = 0, plan_cache_misses = 0, plan_cache_evictions = 0;
   uint64_t plan_cache_entries = 0;    // plans held now
-  uint64_t plan_cache_bytes = 0;      // arena bytes of the plans held now
+  uint64_t plan_cache_bytes = 0;      // resident bytes the cached plans keep now
   uint64_t arena_bytes = 0;           // arena memory allocated now (all cached arenas)
   uint64_t last_run_arena_bytes = 0;  // planned arena of the last run
   uint64_t peak_run_bytes = 0;        // largest planned peak (arena + workspaces) of any run

@@ -145,7 +145,7 @@ typedef struct basalt_session_options {
   int32_t optimization_level; /* BASALT_OPT_DEFAULT (= all), _NONE, _BASIC, _EXTENDED, _ALL */
   int64_t plan_cache_entries; /* memory plans cached per input shape: 0 = default (32),
                                  BASALT_PLAN_CACHE_DISABLED = plan every run, else the bound */
-  uint64_t plan_cache_bytes;  /* bound on the cached plans' arena bytes: 0 = default (2 GiB) */
+  uint64_t plan_cache_bytes;  /* bound on the resident bytes the cached plans keep: 0 = default (8 MiB) */
   /* --- API version 3 (appended) --- */
   int64_t dynamic_pool_bytes; /* idle bytes the pool of data-dependent tensors keeps: 0 = default
                                  (64 MiB), BASALT_DYNAMIC_POOL_NONE = keep none, else the bound */
@@ -188,7 +188,7 @@ typedef struct basalt_memory_stats {
   uint64_t packed_weights_bytes;    /* copies kernels made at load (packed layouts) */
   uint64_t plan_cache_hits, plan_cache_misses, plan_cache_evictions;
   uint64_t plan_cache_entries;      /* plans held now */
-  uint64_t plan_cache_bytes;        /* arena bytes of the plans held now */
+  uint64_t plan_cache_bytes;        /* resident bytes the cached plans keep now */
   uint64_t arena_bytes;             /* arena memory allocated now */
   uint64_t last_run_arena_bytes;    /* planned arena of the last run */
   uint64_t peak_run_bytes;          /* largest planned peak of any run */

@@ -75,13 +75,18 @@ DynamicPool::Block DynamicPool::acquire(uint64_t bytes) {
   blk.bytes = cls;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = idle_.find(cls);
-    if (it != idle_.end()) {
+    // The smallest idle block that holds the request, when it is at most twice the request's
+    // class: a shape a little smaller than one seen before reuses its block instead of adding
+    // one more idle block per distinct size (the pool then grows with the range of sizes seen,
+    // a few blocks per doubling, not with their count).
+    auto it = idle_.lower_bound(cls);
+    if (it != idle_.end() && it->first / 2 <= cls) {
       blk.data = it->second.data;
+      blk.bytes = it->first;
       idle_.erase(it);
       ++st_.hits;
-      st_.idle_bytes -= cls;
-      st_.in_use_bytes += cls;
+      st_.idle_bytes -= blk.bytes;
+      st_.in_use_bytes += blk.bytes;
     }
   }
   if (!blk.data) {
@@ -92,9 +97,9 @@ DynamicPool::Block DynamicPool::acquire(uint64_t bytes) {
     st_.peak_bytes = std::max(st_.peak_bytes, st_.in_use_bytes + st_.idle_bytes);
   }
   try {
-    blk.keep = std::make_shared<DynamicPoolLease>(weak_from_this(), blk.data, cls);
+    blk.keep = std::make_shared<DynamicPoolLease>(weak_from_this(), blk.data, blk.bytes);
   } catch (...) {
-    give_back(blk.data, cls);
+    give_back(blk.data, blk.bytes);
     throw;
   }
   return blk;

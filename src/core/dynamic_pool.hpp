@@ -3,7 +3,8 @@
 // arena slot.
 //
 // Blocks are kept by size class (four classes per power of two, at least 64 bytes, so a block
-// wastes under a quarter of its size). A run asks for a block, a tensor views it, and when the
+// wastes under a quarter of its size); a request takes the smallest idle block of its class up to
+// twice that. A run asks for a block, a tensor views it, and when the
 // last tensor viewing it goes the block returns to the pool, where the next run of the same shape
 // finds it again: repeated runs allocate nothing new. Idle blocks are bounded by `max_idle_bytes`:
 // a block returned over the bound, the oldest idle blocks first, is freed at once (blocks of
@@ -35,7 +36,7 @@ class DynamicPool : public std::enable_shared_from_this<DynamicPool> {
   };
   struct Block {
     void* data = nullptr;
-    uint64_t bytes = 0;                 // the block's size (its size class)
+    uint64_t bytes = 0;                 // the block's size (its size class, up to twice the request's)
     std::shared_ptr<const void> keep;   // returns the block to the pool when the last copy goes
   };
 

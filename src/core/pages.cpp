@@ -13,6 +13,9 @@
 
 #include <sys/mman.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace basalt {
 
@@ -213,6 +216,15 @@ void free_pages(void* p, size_t bytes) {
   if (!p) return;
   if (bytes >= kMapThresholdBytes) unmap_pages(p, bytes);
   else std::free(p);
+}
+
+size_t heap_block_bytes(const void* p, size_t requested) {
+  if (!p) return 0;
+#if defined(__GLIBC__)
+  return malloc_usable_size(const_cast<void*>(p)) + sizeof(size_t);
+#else
+  return std::max<size_t>(32, (requested + sizeof(size_t) + 15) & ~size_t(15));
+#endif
 }
 
 }  // namespace basalt

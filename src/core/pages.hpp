@@ -64,6 +64,12 @@ void populate_pages(void* p, size_t bytes);
 bool huge_pages_wanted();
 void set_huge_pages_wanted(bool on);
 
+// Resident bytes of a heap block the allocator returned for `requested` bytes at p (null: 0):
+// its usable size plus its header where the C library says (glibc malloc_usable_size), else the
+// request rounded the way common mallocs do (16-byte granules, 8-byte header). For counting what
+// long-lived structures (cached memory plans) really keep.
+size_t heap_block_bytes(const void* p, size_t requested);
+
 // Page recycling while a session's kernels are created. Packing a layer's weights allocates its
 // packed copy and then frees the original (an aligned copy of a misaligned weight, or one the
 // optimizer folded): fresh pages cost a fault-in and a zero-fill each, the freed ones go back to

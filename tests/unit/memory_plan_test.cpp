@@ -358,9 +358,13 @@ TEST(MemoryPlan, PlanCacheBoundAndCounters) {
   EXPECT_EQ(m.plan_cache_misses, 7u);
   EXPECT_LE(m.plan_cache_entries, 3u);
 
-  // A byte bound: each plan's arena counts; the cache never holds more.
+  // A byte bound: the resident bytes each cached plan keeps count; the cache never holds more.
   SessionOptions ob;
-  ob.plan_cache_bytes = open(conv_model())->plan_memory({{"x", {1, 4, 16, 16}}}).arena_bytes * 5 / 2;
+  {
+    auto probe = open(conv_model());
+    probe->run({{"x", Value(image(1, 16, 16))}});
+    ob.plan_cache_bytes = probe->memory_stats().plan_cache_bytes * 5 / 2;  // two and a half plans
+  }
   auto sb = open(conv_model(), ob);
   for (int64_t h = 8; h <= 16; h += 2) {
     sb->run({{"x", Value(image(1, h, 16))}});
@@ -639,7 +643,20 @@ TEST(DynamicPool, SizeClassesAndBound) {
   { auto b = p->acquire(1000); }  // a hit: no allocation
   EXPECT_EQ(p->stats().hits, 1u);
   EXPECT_EQ(allocation_count() - a0, 2u);
-  { auto b = p->acquire(2000); }  // 2048: a miss; the oldest idle block goes to stay in bound
+  // A smaller request takes an idle block up to twice its class (2048 -> the 3072 block), not a
+  // larger one: 320 bytes do not take the 1024 block.
+  {
+    auto b = p->acquire(2000);
+    EXPECT_EQ(b.bytes, 3072u);
+    EXPECT_EQ(p->stats().hits, 2u);
+  }
+  {
+    auto b = p->acquire(300);
+    EXPECT_EQ(b.bytes, 320u);
+    EXPECT_EQ(p->stats().misses, 3u);
+  }
+  EXPECT_EQ(allocation_count() - a0, 3u);
+  { auto b = p->acquire(4000); }  // 4096: a miss; older idle blocks go to stay in bound
   st = p->stats();
   EXPECT_LE(st.idle_bytes, 4096u);
   EXPECT_GE(st.frees, 1u);
@@ -961,4 +978,23 @@ TEST(MemoryPlanInPlace, ViewInputsShareTheirStorage) {
   EXPECT_TRUE(same(ya[0].tensor, yh[0].tensor));
   EXPECT_EQ(s->memory_stats().heap_fallbacks, 0u);
   EXPECT_EQ(s->memory_stats().unplanned_alias_runs, 0u);
+}
+
+// What a cached plan keeps is counted from its own blocks: at least its slots and packed shapes,
+// and the cache's byte figure is the sum over the plans it holds.
+TEST(MemoryPlan, HeldBytesCountWhatThePlanKeeps) {
+  auto s = open(conv_model());
+  s->run({{"x", Value(image(1, 8, 8))}});
+  const uint64_t one = s->memory_stats().plan_cache_bytes;
+  s->run({{"x", Value(image(1, 12, 8))}});
+  const uint64_t two = s->memory_stats().plan_cache_bytes;
+  EXPECT_GT(one, sizeof(MemoryPlan));
+  EXPECT_NEAR(double(two), 2.0 * double(one), 0.2 * double(one));  // two plans of one graph
+  Graph g;
+  MemoryPlan p;
+  p.value_slot.resize(100);
+  p.dims.resize(400);
+  p.held_bytes = p.compute_held_bytes();
+  EXPECT_GE(p.held_bytes, 100 * sizeof(MemoryPlan::Slot) + 400 * sizeof(int64_t) + sizeof(MemoryPlan));
+  EXPECT_LE(p.held_bytes, 100 * sizeof(MemoryPlan::Slot) + 400 * sizeof(int64_t) + sizeof(MemoryPlan) + 256);
 }
