@@ -217,3 +217,34 @@ TEST(ActivationOps, SwishAlphaPerSpec) {
     }
   EXPECT_THROW(run_op("Swish", 22, {Value(xf)}), Error);
 }
+
+// The worked example of docs/adding-an-op.md: Shrink's kernel, its declared shape rule and a bad
+// input, each checked.
+TEST(ActivationShrink, KernelShapeRuleAndBadInput) {
+  Tensor x = make_tensor<float>({2, 3}, {-2.0f, -0.5f, 0.0f, 0.25f, 1.0f, 3.0f});
+  Tensor y = run_op("Shrink", 9, {Value(x)}, {attr("lambd", 0.5f), attr("bias", 0.5f)})[0].tensor;
+  ASSERT_EQ(y.shape(), (Shape{2, 3}));
+  const float want[] = {-1.5f, 0.0f, 0.0f, 0.0f, 0.5f, 2.5f};
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(y.data<float>()[i], want[i]) << i;
+  // Integers too (all numeric types).
+  Tensor xi = make_tensor<int32_t>({3}, {-3, 0, 4});
+  Tensor yi = run_op("Shrink", 9, {Value(xi)}, {attr("lambd", 1.0f), attr("bias", 1.0f)})[0].tensor;
+  EXPECT_EQ(yi.data<int32_t>()[0], -2);
+  EXPECT_EQ(yi.data<int32_t>()[2], 3);
+  // The shape rule the planner and the optimizer use says what the kernel made.
+  const OpTraits* t = OpRegistry::instance().traits("", "Shrink");
+  ASSERT_TRUE(t && t->shape);
+  InferredValue in;
+  in.state = InferredValue::State::Known;
+  in.dtype = DType::Float;
+  in.shape = {2, 3};
+  ShapeInputs si;
+  si.v = {&in};
+  ShapeOutputs out(1);
+  ASSERT_TRUE(t->shape(Node{}, si, out));
+  EXPECT_EQ(out[0].shape, y.shape());
+  EXPECT_EQ(out[0].dtype, y.dtype());
+  // Bad input: a string tensor is refused with an error naming the node, not a crash.
+  Tensor s(DType::String, {1});
+  EXPECT_THROW(run_op("Shrink", 9, {Value(s)}), Error);
+}
