@@ -14,8 +14,16 @@
 #include <map>
 
 namespace basalt {
+namespace shapes {
+bool checked_numel(const Shape& s, int64_t& r);
+}
 
-uint64_t InferredValue::bytes() const { return all_numeric(shape) ? uint64_t(shape_numel(shape)) * dtype_size(dtype) : 0; }
+uint64_t InferredValue::bytes() const {
+  int64_t n = 0;
+  uint64_t b = 0;
+  if (!all_numeric(shape) || !shapes::checked_numel(shape, n) || __builtin_mul_overflow(uint64_t(n), dtype_size(dtype), &b)) return 0;
+  return b;
+}
 
 int64_t SymbolTable::intern(const std::string& key) {
   for (size_t k = 0; k < names.size(); ++k)
@@ -26,11 +34,21 @@ int64_t SymbolTable::intern(const std::string& key) {
 
 namespace shapes {
 
+// Product of numeric dims without overflow.
+bool checked_numel(const Shape& s, int64_t& r) {
+  r = 1;
+  for (int64_t d : s)
+    if (d < 0 || __builtin_mul_overflow(r, d, &r)) return false;
+  return true;
+}
+
 bool has(const ShapeInputs& in, size_t i) { return i < in.size() && in[i] && in[i]->known(); }
 bool has_value(const ShapeInputs& in, size_t i) { return has(in, i) && in[i]->value.defined(); }
 
 void set(ShapeOutputs& out, size_t i, DType dt, Shape s) {
   if (i >= out.size()) return;
+  int64_t count = 0;
+  if (all_numeric(s) && !checked_numel(s, count)) return;  // absurd sizes stay unknown
   out[i].state = InferredValue::State::Known;
   out[i].dtype = dt;
   out[i].shape = std::move(s);
@@ -264,10 +282,10 @@ bool reshape(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
       continue;
     }
     r[i] = (s[i] == 0 && !allowzero) ? (i < x.size() ? x[i] : -1) : s[i];
-    if (r[i] < 0) return false;
-    known *= r[i];
+    if (r[i] < 0 || __builtin_mul_overflow(known, r[i], &known)) return false;
   }
-  int64_t total = shape_numel(x);
+  int64_t total = 0;
+  if (!checked_numel(x, total)) return false;
   if (infer >= 0) {
     if (known == 0 || total % known) return false;
     r[size_t(infer)] = total / known;
@@ -284,7 +302,17 @@ bool flatten(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   int64_t ax = norm_axis(n.attr_int("axis", 1), int64_t(x.size()));
   if (ax < 0 || ax > int64_t(x.size())) return false;
   int64_t a = 1, b = 1;
-  for (size_t i = 0; i < x.size(); ++i) (int64_t(i) < ax ? a : b) *= x[i];
+  // Each side is the product of its dims; a symbolic dim survives only among 1s.
+  for (size_t i = 0; i < x.size(); ++i) {
+    int64_t& side = int64_t(i) < ax ? a : b;
+    if (x[i] == 1) continue;
+    if (is_symbol(x[i]) || is_symbol(side)) {
+      if (side != 1 || !is_symbol(x[i])) return false;
+      side = x[i];
+    } else if (x[i] < 0 || __builtin_mul_overflow(side, x[i], &side)) {
+      return false;
+    }
+  }
   set(out, 0, in[0]->dtype, {a, b});
   return true;
 }
@@ -489,7 +517,13 @@ bool resize(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   for (size_t i = 0; i < cnt; ++i) {
     int64_t a = norm_axis(axes[i], int64_t(x.size()));
     if (a < 0 || a >= int64_t(x.size())) return false;
-    r[size_t(a)] = sizes.empty() ? int64_t(double(x[size_t(a)]) * scales[i]) : sizes[i];
+    if (sizes.empty()) {
+      const double d = double(x[size_t(a)]) * scales[i];
+      if (!(d >= 0 && d < 9.0e18)) return false;  // NaN, negative or past int64
+      r[size_t(a)] = int64_t(d);
+    } else {
+      r[size_t(a)] = sizes[i];
+    }
   }
   set(out, 0, in[0]->dtype, r);
   return true;
@@ -509,8 +543,9 @@ bool pad(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   for (size_t i = 0; i < axes.size(); ++i) {
     int64_t a = norm_axis(axes[i], int64_t(x.size()));
     if (a < 0 || a >= int64_t(x.size())) return false;
-    r[size_t(a)] += pads[i] + pads[i + axes.size()];
-    if (r[size_t(a)] < 0) return false;
+    if (__builtin_add_overflow(r[size_t(a)], pads[i], &r[size_t(a)]) ||
+        __builtin_add_overflow(r[size_t(a)], pads[i + axes.size()], &r[size_t(a)]) || r[size_t(a)] < 0)
+      return false;
   }
   set(out, 0, in[0]->dtype, r);
   return true;
@@ -529,7 +564,8 @@ bool tile(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   std::vector<int64_t> rep;
   if (!has(in, 0) || !ints(in, 1, rep) || rep.size() != in[0]->shape.size()) return false;
   Shape r = in[0]->shape;
-  for (size_t i = 0; i < r.size(); ++i) r[i] *= rep[i];
+  for (size_t i = 0; i < r.size(); ++i)
+    if (rep[i] < 0 || __builtin_mul_overflow(r[i], rep[i], &r[i])) return false;
   set(out, 0, in[0]->dtype, r);
   return true;
 }
@@ -593,7 +629,9 @@ bool shape_op(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
 bool size_op(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   if (!has(in, 0)) return false;
   set(out, 0, DType::Int64, {});
-  out[0].value = Tensor::scalar<int64_t>(shape_numel(in[0]->shape));
+  int64_t count = 0;
+  if (!checked_numel(in[0]->shape, count)) return false;
+  out[0].value = Tensor::scalar<int64_t>(count);
   return true;
 }
 
@@ -662,7 +700,7 @@ bool space_depth(const Node& n, const ShapeInputs& in, ShapeOutputs& out, bool t
 
 // Blocked-layout ops (ops/nn.cpp, kernels/nchwc.hpp): a blocked tensor [N, CB, H, W, 16] holds
 // the NCHW tensor [N, <= CB*16, H, W]; the window rules run on [N, CB*16, H, W].
-bool is_blocked(const Shape& x) { return x.size() == 5 && x[4] == 16; }
+bool is_blocked(const Shape& x) { return x.size() == 5 && x[4] == 16 && x[1] >= 0 && x[1] < (int64_t(1) << 58); }
 Shape blocked_of(const Shape& nchw) { return {nchw[0], (nchw[1] + 15) / 16, nchw[2], nchw[3], 16}; }
 
 bool nchwc_conv(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
@@ -837,14 +875,6 @@ namespace {
 bool float_type(DType t) { return t == DType::Float || t == DType::Double || t == DType::Float16 || t == DType::BFloat16; }
 bool numeric_type(DType t) { return visit_numeric(t, []<class T>() {}); }
 bool int8_type(DType t) { return t == DType::Int8 || t == DType::Uint8; }
-
-// Product of numeric dims without overflow.
-bool checked_numel(const Shape& s, int64_t& r) {
-  r = 1;
-  for (int64_t d : s)
-    if (d < 0 || __builtin_mul_overflow(r, d, &r)) return false;
-  return true;
-}
 
 // A `dtype`-style attribute (ops/signal.cpp dtype_attr): absent -> dflt, else a known type > 0.
 bool dtype_attr_or(const Node& n, const char* name, DType dflt, DType& dt) {

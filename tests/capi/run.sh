@@ -41,5 +41,21 @@ example wrong_shape 1 "$TMP/models/symbolic.onnx" X=7x4
 example missing_file 1 "$TMP/does_not_exist.onnx"
 example no_arguments 2
 
+# The README's C++ quick start (examples/cpp/quickstart.cpp) on the same models.
+cpp_example() {
+  local name=$1 want=$2 expect=$3; shift 3
+  echo "=== cpp example $name: quickstart_cpp $*"
+  local out; out=$("$BUILD/quickstart_cpp" "$@" 2>&1)
+  local got=$?
+  echo "$out"
+  if [ "$got" -eq "$want" ] && echo "$out" | grep -q -- "$expect"; then pass=$((pass + 1)); echo "[  OK  ] cpp example $name"
+  else fail=$((fail + 1)); echo "[ FAIL ] cpp example $name: exit code $got (expected $want), output lacks '$expect'"; fi
+}
+cpp_example symbolic_given_shape 0 "\[7,3\]" "$TMP/models/symbolic.onnx" 7x3
+cpp_example wrong_shape 1 "error: .*X" "$TMP/models/symbolic.onnx" 7x4
+cpp_example bad_dims 1 "is not a dim" "$TMP/models/symbolic.onnx" 7xq
+cpp_example missing_file 1 "error:" "$TMP/does_not_exist.onnx" 1
+cpp_example no_arguments 2 "usage"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -188,5 +188,60 @@ TEST(OpTraits, PlannerReadsInPlaceFromTraits) {
   EXPECT_TRUE(in_place_inputs(other, one, f).empty());
 }
 
+// Shapes from a hostile model (fuzz_load found Reshape's product overflowing in the optimizer's
+// static inference): a rule whose arithmetic would overflow gives up instead, and no rule reports
+// a known result whose element count does not fit int64.
+TEST(OpTraits, AbsurdShapesMakeRulesGiveUp) {
+  const int64_t big = int64_t(1) << 40;
+  auto x = known(DType::Float, {big, 4});
+  InferredValue target = known(DType::Int64, {3});
+  target.value = Tensor::from_vector<int64_t>({805306365, 68719476735, -1}, {3});
+  ShapeInputs in;
+  in.v = {&x, &target};
+  ShapeOutputs out(1);
+  Node reshape = make_node("Reshape", 2, 1);
+  EXPECT_FALSE(shapes::reshape(reshape, in, out));
+  target.value = Tensor::from_vector<int64_t>({4, big}, {2});
+  EXPECT_TRUE(shapes::reshape(reshape, in, out));  // the element count fits: known
+  EXPECT_EQ(out[0].shape, (Shape{4, big}));
+
+  auto huge = known(DType::Float, {big, big, big});
+  ShapeInputs one;
+  one.v = {&huge};
+  ShapeOutputs f(1);
+  EXPECT_FALSE(shapes::flatten(make_node("Flatten", 1, 1), one, f));
+  EXPECT_FALSE(f[0].known());
+  ShapeOutputs sz(1);
+  EXPECT_FALSE(shapes::size_op(make_node("Size", 1, 1), one, sz));
+
+  InferredValue reps = known(DType::Int64, {2});
+  reps.value = Tensor::from_vector<int64_t>({big, big}, {2});
+  ShapeInputs tin;
+  tin.v = {&x, &reps};
+  ShapeOutputs t(1);
+  EXPECT_FALSE(shapes::tile(make_node("Tile", 2, 1), tin, t));
+  reps.value = Tensor::from_vector<int64_t>({1, -3}, {2});
+  EXPECT_FALSE(shapes::tile(make_node("Tile", 2, 1), tin, t));
+
+  // A symbolic batch survives Flatten among 1s; two symbols on one side give up.
+  SymbolTable sym;
+  const int64_t N = sym.intern("$N"), M = sym.intern("$M");
+  auto s1 = known(DType::Float, {N, 1, 1, 7});
+  ShapeInputs sin;
+  sin.v = {&s1};
+  sin.symbols = &sym;
+  Attribute axis;
+  axis.name = "axis";
+  axis.type = Attribute::Type::Int;
+  axis.i = 3;
+  ShapeOutputs fs(1);
+  ASSERT_TRUE(shapes::flatten(make_node("Flatten", 1, 1, {axis}), sin, fs));
+  EXPECT_EQ(fs[0].shape, (Shape{N, 7}));
+  auto s2 = known(DType::Float, {N, M, 7});
+  sin.v = {&s2};
+  axis.i = 2;
+  EXPECT_FALSE(shapes::flatten(make_node("Flatten", 1, 1, {axis}), sin, fs));
+}
+
 }  // namespace
 }  // namespace basalt
