@@ -29,7 +29,6 @@ inline __mmask16 first_lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : _
 // Channels of output block ob that exist (16 except in the last block).
 inline __mmask16 valid_lanes(const DenseConvArgs& a, int64_t ob) { return first_lanes(a.s->M - ob * 16); }
 
-
 // The inner product of one tile: P output pixels x F output blocks, over `ntaps` taps (an input
 // block and a kernel position: the input offsets in taps[]), each of 16 input channels for a
 // blocked input (nic in the last tail_taps taps: a partial last block) and nic = C for a plain

@@ -510,7 +510,7 @@ bool read_bound(KernelContext& ctx, int i, T& out) {
 
 }  // namespace
 
-void register_activation_ops(OpRegistry& r) {
+static void register_relu(OpRegistry& r) {
   // ---- Relu: max(0, x). Integer types since opset 14. ----
   add_versions(r, "Relu", {1, 6, 13, 14}, [](const Node&) {
     return kernel([](KernelContext& ctx) {
@@ -539,7 +539,9 @@ void register_activation_ops(OpRegistry& r) {
       unary_float(ctx, [alpha](auto v) { using C = decltype(v); return v < 0 ? C(alpha) * v : v; });
     });
   });
+}
 
+static void register_prelu(OpRegistry& r) {
   // ---- PRelu: slope broadcasts (unidirectionally) to X. ----
   add_versions(r, "PRelu", {1, 6, 7, 9, 16}, [](const Node& n) {
     // Before opset 7, a 1-D slope of size C applies per channel (axis 1), as PyTorch exported it.
@@ -658,7 +660,9 @@ void register_activation_ops(OpRegistry& r) {
       unary_float(ctx, [alpha](auto v) { using C = decltype(v); return v > C(alpha) ? v : C(0); });
     });
   });
+}
 
+static void register_shrink(OpRegistry& r) {
   // ---- Shrink: all numeric types. ----
   r.add("Shrink", 9, [](const Node& n) {
     double bias = n.attr_float("bias", 0.0f), lambd = n.attr_float("lambd", 0.5f);
@@ -696,7 +700,9 @@ void register_activation_ops(OpRegistry& r) {
       unary_float(ctx, [alpha](auto v) { using C = decltype(v); return v * sigmoid_of(C(alpha) * v); });
     });
   });
+}
 
+static void register_clip(OpRegistry& r) {
   // ---- Clip: attributes (1, 6) or optional scalar inputs (11+); min > max gives max. ----
   add_versions(r, "Clip", {1, 6}, [](const Node& n) {
     float lo = n.attr_float("min", -FLT_MAX), hi = n.attr_float("max", FLT_MAX);
@@ -742,7 +748,9 @@ void register_activation_ops(OpRegistry& r) {
       if (!ok) unsupported_dtype(ctx, 0, x.dtype());
     });
   });
+}
 
+static void register_cast_castlike(OpRegistry& r) {
   // ---- Cast / CastLike ----
   add_versions(r, "Cast", {1, 6, 9, 13, 19, 21, 23, 24, 25}, [](const Node& n) {
     const Attribute* a = n.find_attr("to");
@@ -773,6 +781,10 @@ void register_activation_ops(OpRegistry& r) {
       ctx.set_output(0, Value(cast_tensor(ctx, x, to, opt)));
     });
   });
+}
+
+void register_activation_ops(OpRegistry& r) {
+  for (auto family : {register_relu, register_prelu, register_shrink, register_clip, register_cast_castlike}) family(r);
   // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
   r.def("Cast").infer_symbolic(shapes::cast).alias(Alias::MaybeView);
   r.def("CastLike").infer_symbolic(shapes::cast_like).alias(Alias::MaybeView);

@@ -610,7 +610,6 @@ void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a)
   }
 }
 
-
 // ------------------------------------------------------------------------------------------
 // FlexAttention (ai.onnx.preview 1): scaled dot-product attention over 4-D inputs with
 // optional score_mod / prob_mod subgraphs applied to the whole [B, Hq, L, S] tensor.

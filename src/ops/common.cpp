@@ -1,5 +1,9 @@
 #include "ops/common.hpp"
 
+#include <cmath>
+#include <limits>
+#include <type_traits>
+
 namespace basalt {
 
 void unsupported_dtype(const KernelContext& ctx, int input, DType dt) {
@@ -69,6 +73,134 @@ Tensor from_float32(const Tensor& t, DType dt) {
     default: BASALT_THROW(Unsupported, std::string("cannot convert float32 to ") + dtype_name(dt));
   }
   return out;
+}
+
+// All elements of a float tensor (float/double/float16/bfloat16) as double.
+std::vector<double> read_doubles(const KernelContext& ctx, int input, const Tensor& t) {
+  std::vector<double> v(size_t(t.numel()));
+  if (!visit_float(t.dtype(), [&]<class T>() {
+        const T* p = t.data<T>();
+        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(p[i]);
+      }))
+    unsupported_dtype(ctx, input, t.dtype());
+  return v;
+}
+
+void write_doubles(const KernelContext& ctx, Tensor& y, const std::vector<double>& v) {
+  if (!visit_numeric(y.dtype(), [&]<class T>() {
+        T* p = y.data<T>();
+        for (size_t i = 0; i < v.size(); ++i) p[i] = cast_from_double<T>(v[i]);
+      }))
+    ctx.fail(ErrorCode::Unsupported, std::string("output type ") + dtype_name(y.dtype()) + " is not supported");
+}
+
+// A scalar (or one-element) input as int64.
+int64_t scalar_int(const KernelContext& ctx, int input, const char* what) {
+  const Tensor& t = ctx.input(input);
+  if (t.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " must be a scalar, got shape " + shape_str(t.shape()));
+  if (dtype_is_float(t.dtype())) return int64_t(t.get_double(0));
+  return t.get_int(0);
+}
+double scalar_double(const KernelContext& ctx, int input, const char* what) {
+  const Tensor& t = ctx.input(input);
+  if (t.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " must be a scalar, got shape " + shape_str(t.shape()));
+  return t.get_double(0);
+}
+
+DType dtype_attr(const Node& n, const char* name, DType dflt) {
+  if (!n.has_attr(name)) return dflt;
+  int64_t v = n.attr_int(name);
+  if (v <= 0 || !dtype_attr_known(v)) n.fail(ErrorCode::InvalidModel, std::string("attribute '") + name + "' is not a valid data type: " + std::to_string(v));
+  return DType(int32_t(v));
+}
+
+bool is_float_like(DType dt) {
+  return dt == DType::Float || dt == DType::Double || dt == DType::Float16 || dt == DType::BFloat16;
+}
+
+// Any numeric tensor as doubles.
+std::vector<double> to_dvec(const KernelContext& ctx, int input, const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  if (!visit_numeric(t.dtype(), [&]<class T>() {
+        const T* a = t.data<T>();
+        for (size_t i = 0; i < v.size(); ++i) v[i] = double(a[i]);
+      }))
+    unsupported_dtype(ctx, input, t.dtype());
+  return v;
+}
+
+// Write doubles into a numeric tensor (already allocated, numel must match).
+void from_dvec(Tensor& t, const std::vector<double>& v) {
+  visit_numeric(t.dtype(), [&]<class T>() {
+    T* a = t.data<T>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      if constexpr (std::is_integral_v<T>) {
+        double d = v[i];
+        if (std::isnan(d)) d = 0;
+        // Clamped first: converting an out-of-range double to an integer is undefined.
+        if (d <= double(std::numeric_limits<T>::lowest())) a[i] = std::numeric_limits<T>::lowest();
+        else if (d >= double(std::numeric_limits<T>::max())) a[i] = std::numeric_limits<T>::max();
+        else a[i] = T(d);
+      } else {
+        a[i] = T(v[i]);
+      }
+    }
+  });
+}
+
+void require_float(const KernelContext& ctx, int input, DType dt) {
+  if (!is_float_like(dt)) unsupported_dtype(ctx, input, dt);
+}
+
+// Enumerate all offsets of an index space given dims and strides (odometer).
+std::vector<int64_t> enumerate_offsets(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides) {
+  int64_t total = 1;
+  for (int64_t d : dims) total *= d;
+  std::vector<int64_t> out;
+  if (total == 0) return out;
+  out.reserve(size_t(total));
+  std::vector<int64_t> idx(dims.size(), 0);
+  int64_t off = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    out.push_back(off);
+    for (size_t d = dims.size(); d-- > 0;) {
+      if (++idx[d] < dims[d]) {
+        off += strides[d];
+        break;
+      }
+      off -= strides[d] * (dims[d] - 1);
+      idx[d] = 0;
+    }
+  }
+  return out;
+}
+
+ReducePlan make_plan(const Shape& in, const std::vector<bool>& reduced, bool keepdims) {
+  ReducePlan p;
+  auto st = shape_strides(in);
+  std::vector<int64_t> kd, ks, rd, rs;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (reduced[d]) {
+      rd.push_back(in[d]);
+      rs.push_back(st[d]);
+      if (keepdims) p.out_shape.push_back(1);
+    } else {
+      kd.push_back(in[d]);
+      ks.push_back(st[d]);
+      p.out_shape.push_back(in[d]);
+    }
+  }
+  p.base = enumerate_offsets(kd, ks);
+  p.roff = enumerate_offsets(rd, rs);
+  return p;
+}
+
+std::vector<double> per_channel_param(const KernelContext& ctx, int input, int64_t C, const char* what) {
+  const Tensor& t = ctx.input(input);
+  if (t.numel() != C)
+    ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " must have " + std::to_string(C) +
+                                             " elements (one per channel), got shape " + shape_str(t.shape()));
+  return to_dvec(ctx, input, t);
 }
 
 }  // namespace basalt

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -137,5 +138,42 @@ inline void bn_fold(const std::vector<double>& sc, const std::vector<double>& bi
     t[c] = float(bi[c] - mean[c] * inv * sc[c]);
   }
 }
+
+// Element access for the reference kernels that compute in double (signal, random, ml ops).
+std::vector<double> read_doubles(const KernelContext& ctx, int input, const Tensor& t);  // float-like t
+template <class T>
+T cast_from_double(double v) {
+  if constexpr (std::is_same_v<T, float16> || std::is_same_v<T, bfloat16>) return T(float(v));
+  else return static_cast<T>(v);
+}
+void write_doubles(const KernelContext& ctx, Tensor& y, const std::vector<double>& v);  // any numeric y
+// A scalar (or one-element) input as int64 / double; InvalidArgument naming `what` otherwise.
+int64_t scalar_int(const KernelContext& ctx, int input, const char* what);
+double scalar_double(const KernelContext& ctx, int input, const char* what);
+// A `dtype`-style attribute: absent -> dflt, else a known data type (InvalidModel otherwise).
+DType dtype_attr(const Node& n, const char* name, DType dflt);
+
+// The four float types kernels compute (through float32 or double): float, double, float16, bfloat16.
+bool is_float_like(DType dt);
+// Unsupported naming input `input` unless dt is float-like.
+void require_float(const KernelContext& ctx, int input, DType dt);
+// Any numeric tensor as doubles; and doubles written back into an allocated numeric tensor of the
+// same count (integers: NaN -> 0, rounded toward zero and clamped to the type's range).
+std::vector<double> to_dvec(const KernelContext& ctx, int input, const Tensor& t);
+void from_dvec(Tensor& t, const std::vector<double>& v);
+
+// Offsets of a reduction (Reduce*, LpNormalization, MeanVarianceNormalization): for each output
+// element the offset of its first input element, and the offsets of the reduced elements from it.
+struct ReducePlan {
+  Shape out_shape;
+  std::vector<int64_t> base;  // per output element: offset of its first input element
+  std::vector<int64_t> roff;  // offsets of the reduced elements relative to base
+};
+ReducePlan make_plan(const Shape& in, const std::vector<bool>& reduced, bool keepdims);
+// Every offset of an index space of these dims and strides, in row-major order.
+std::vector<int64_t> enumerate_offsets(const std::vector<int64_t>& dims, const std::vector<int64_t>& strides);
+
+// Input `input` as C doubles (one per channel); InvalidArgument naming `what` otherwise.
+std::vector<double> per_channel_param(const KernelContext& ctx, int input, int64_t C, const char* what);
 
 }  // namespace basalt

@@ -794,7 +794,7 @@ bool is_f8(DType dt) {
 
 }  // namespace
 
-void register_elementwise_ops(OpRegistry& r) {
+static void register_arithmetic(OpRegistry& r) {
   // ---- arithmetic ----
   add_versions(r, "Add", {1, 6, 7, 13, 14}, arith_factory<AddF>());
   add_versions(r, "Sub", {1, 6, 7, 13, 14}, arith_factory<SubF>());
@@ -845,20 +845,26 @@ void register_elementwise_ops(OpRegistry& r) {
         unsupported_dtype(ctx, 0, dt);
     });
   });
+}
 
+static void register_variadic(OpRegistry& r) {
   // ---- variadic ----
   add_versions(r, "Max", {1, 6, 8, 12, 13}, variadic_factory<MaxF>(VarTypes::Numeric, false));
   add_versions(r, "Min", {1, 6, 8, 12, 13}, variadic_factory<MinF>(VarTypes::Numeric, false));
   add_versions(r, "Sum", {1, 6, 8, 13}, variadic_factory<AddF>(VarTypes::Numeric, false));
   add_versions(r, "Mean", {1, 6, 8, 13}, variadic_factory<AddF>(VarTypes::Float, true));
+}
 
+static void register_comparison(OpRegistry& r) {
   // ---- comparison ----
   add_versions(r, "Equal", {1, 7, 11, 13, 19}, compare_factory<EqF>(CmpTypes::NumericBoolString));
   add_versions(r, "Greater", {1, 7, 9, 13}, compare_factory<GtF>(CmpTypes::Numeric));
   add_versions(r, "Less", {1, 7, 9, 13}, compare_factory<LtF>(CmpTypes::Numeric));
   add_versions(r, "GreaterOrEqual", {12, 16}, compare_factory<GeF>(CmpTypes::Numeric));
   add_versions(r, "LessOrEqual", {12, 16}, compare_factory<LeF>(CmpTypes::Numeric));
+}
 
+static void register_logical_bitwise(OpRegistry& r) {
   // ---- logical / bitwise ----
   add_versions(r, "And", {1, 7}, logic_factory<AndF>());
   add_versions(r, "Or", {1, 7}, logic_factory<OrF>());
@@ -899,7 +905,9 @@ void register_elementwise_ops(OpRegistry& r) {
         unsupported_dtype(ctx, 0, ar.a.dtype());
     });
   });
+}
 
+static void register_where(OpRegistry& r) {
   // ---- Where ----
   add_versions(r, "Where", {9, 16}, [](const Node&) {
     return kernel([](KernelContext& ctx) {
@@ -934,7 +942,9 @@ void register_elementwise_ops(OpRegistry& r) {
         unsupported_dtype(ctx, 1, x.dtype());
     });
   });
+}
 
+static void register_unary_math(OpRegistry& r) {
   // ---- unary math ----
   add_versions(r, "Abs", {1, 6, 13}, unary_factory<AbsF>(UnTypes::Numeric));
   add_versions(r, "Neg", {1, 6, 13}, unary_factory<NegF>(UnTypes::Signed));
@@ -992,6 +1002,10 @@ void register_elementwise_ops(OpRegistry& r) {
         unsupported_dtype(ctx, 0, dt);
     });
   });
+}
+
+void register_elementwise_ops(OpRegistry& r) {
+  for (auto family : {register_arithmetic, register_variadic, register_comparison, register_logical_bitwise, register_where, register_unary_math}) family(r);
   // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
   for (const char* op : {"Abs", "Erf", "Exp", "Neg", "Reciprocal", "Sqrt"}) r.def(op).infer_symbolic(shapes::same).in_place(in_place::unary_f32);
   for (const char* op : {"Acos", "Acosh", "Asin", "Asinh", "Atan", "Atanh", "BitwiseNot", "Ceil", "Cos", "Cosh", "Floor", "Log", "Not", "Round", "Sign", "Sin", "Sinh", "Tan"}) r.def(op).infer_symbolic(shapes::same);

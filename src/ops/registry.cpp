@@ -7,20 +7,13 @@ void KernelDeleter::operator()(OpKernel* k) const { delete k; }
 const OpRegistry& OpRegistry::instance() {
   static const OpRegistry reg = [] {
     OpRegistry r;
-    register_elementwise_ops(r);
-    register_activation_ops(r);
-    register_tensor_ops(r);
-    register_indexing_ops(r);
-    register_reduce_ops(r);
-    register_nn_ops(r);
-    register_rnn_ops(r);
-    register_quant_ops(r);
-    register_signal_ops(r);
-    register_controlflow_ops(r);
-    register_sequence_ops(r);
-    register_misc_ops(r);
-    register_attention_ops(r);
-    register_image_ops(r);
+    // One line per family file of src/ops/ (declared in ops/kernel.hpp).
+    for (auto family : {register_elementwise_ops, register_activation_ops, register_tensor_ops, register_pad_ops,
+                        register_indexing_ops, register_reduce_ops, register_norm_ops, register_loss_ops,
+                        register_linalg_ops, register_nn_ops, register_rnn_ops, register_quant_ops, register_dft_ops,
+                        register_string_ops, register_random_ops, register_ml_ops, register_controlflow_ops,
+                        register_sequence_ops, register_misc_ops, register_attention_ops, register_image_ops})
+      family(r);
     r.check_traits();
     return r;
   }();

@@ -733,7 +733,6 @@ bool nchwc_to_plain(const Node& n, const ShapeInputs& in, ShapeOutputs& out, boo
   return true;
 }
 
-
 bool same_all(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   for (size_t i = 0; i < out.size(); ++i) {
     if (!has(in, i)) return false;
@@ -864,7 +863,6 @@ bool reorder_to_nchwc(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   set(out, 0, DType::Float, blocked_of(in[0]->shape));
   return true;
 }
-
 
 // ---------------------------------------------------------------------------------------------
 // Rules of single ops (each mirrors what its kernel in ops/<family>.cpp asks its output() for;

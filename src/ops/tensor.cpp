@@ -1,12 +1,7 @@
-// Reference kernels: tensor (shape / layout / copy-style) ops.
-//
-// Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Expand,
-// Tile, Pad, ConstantOfShape, Range, Dropout, EyeLike, Trilu, DepthToSpace, SpaceToDepth,
-// CenterCropPad, Col2Im.
-//
-// Ops whose output holds the input's bytes in the same order (Reshape, Flatten, Squeeze,
-// Unsqueeze, Dropout in inference) return a reshaped view of the input, without a copy.
-#include "ops/common.hpp"
+// Shape and layout ops: Shape, Size, Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat,
+// Split, Slice, Expand, Tile. Ops whose output holds the input's bytes in the same order (Reshape,
+// Flatten, Squeeze, Unsqueeze) return a reshaped view of the input, without a copy.
+#include "ops/tensor_common.hpp"
 
 #include "core/thread_pool.hpp"
 
@@ -20,288 +15,7 @@ namespace basalt {
 
 namespace {
 
-std::string ints_str(const std::vector<int64_t>& v) { return shape_str(v); }
-
-template <class F>
-void dispatch_all(const KernelContext& ctx, int input, DType dt, F&& f) {
-  if (!visit_all(dt, f)) unsupported_dtype(ctx, input, dt);
-}
-
-// A shape-like input (1-D integer tensor) as int64 values.
-std::vector<int64_t> int_input(const KernelContext& ctx, int i, const char* what) {
-  const Tensor& t = ctx.input(i);
-  if (!dtype_is_integer(t.dtype()))
-    ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " (input " + std::to_string(i) + ") must be an integer tensor, got " + dtype_name(t.dtype()));
-  if (t.rank() > 1)
-    ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " (input " + std::to_string(i) + ") must be 1-D, got shape " + shape_str(t.shape()));
-  return t.to_int64_vector();
-}
-
-// Rejects negative dimensions and shapes whose element count overflows int64 (a wrapped count
-// would allocate too little storage for the shape).
-void check_shape_nonneg(const KernelContext& ctx, const Shape& s, const char* what) {
-  int64_t n = 1;
-  for (int64_t d : s) {
-    if (d < 0) ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " " + shape_str(s) + " has a negative dimension");
-    if (__builtin_mul_overflow(n, d, &n))
-      ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " " + shape_str(s) + " has too many elements");
-  }
-}
-
-// Normalizes a list of axes against rank; rejects out-of-range and duplicate axes.
-std::vector<int> normalize_axes(const Node& n, const std::vector<int64_t>& axes, int rank) {
-  std::vector<int> out;
-  std::vector<bool> seen(size_t(std::max(rank, 0)), false);
-  for (int64_t a : axes) {
-    if (a < -rank || a >= rank)
-      n.fail(ErrorCode::InvalidArgument, "axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
-    int x = int(a < 0 ? a + rank : a);
-    if (seen[size_t(x)]) n.fail(ErrorCode::InvalidArgument, "axis " + std::to_string(a) + " is repeated in " + ints_str(axes));
-    seen[size_t(x)] = true;
-    out.push_back(x);
-  }
-  return out;
-}
-
-// out[index] = src[base + sum_d index[d] * st[d]] for every index of oshape (strides in elements).
-Tensor strided_copy(const KernelContext& ctx, const Tensor& src, const Shape& oshape, const std::vector<int64_t>& st,
-                    int64_t base) {
-  Tensor out(src.dtype(), oshape);
-  int64_t total = shape_numel(oshape);
-  if (total == 0) return out;
-  dispatch_all(ctx, 0, src.dtype(), [&]<class T>() {
-    const T* s = src.data<T>();
-    T* o = out.data<T>();
-    int r = int(oshape.size());
-    if (r == 0) {
-      o[0] = s[base];
-      return;
-    }
-    int64_t inner = oshape[size_t(r - 1)], ist = st[size_t(r - 1)];
-    int64_t rows = total / inner;
-    std::vector<int64_t> idx(size_t(r), 0);
-    int64_t off = base;
-    for (int64_t row = 0; row < rows; ++row) {
-      T* dst = o + row * inner;
-      const T* sp = s + off;
-      if (ist == 1) {
-        for (int64_t k = 0; k < inner; ++k) dst[k] = sp[k];
-      } else {
-        for (int64_t k = 0; k < inner; ++k) dst[k] = sp[k * ist];
-      }
-      for (int d = r - 2; d >= 0; --d) {
-        if (++idx[size_t(d)] < oshape[size_t(d)]) {
-          off += st[size_t(d)];
-          break;
-        }
-        off -= st[size_t(d)] * (oshape[size_t(d)] - 1);
-        idx[size_t(d)] = 0;
-      }
-    }
-  });
-  return out;
-}
-
-// Byte-level twin of strided_copy for element types without constructors (every dtype but
-// string), writing into caller memory: dst[index] = src[base + sum_d index[d] * st[d]] for every
-// index of oshape (strides and base in elements of `es` bytes). The output shape is collapsed
-// first (size-1 dims dropped, neighbours merged where the source is contiguous across them), so a
-// view whose innermost run is contiguous (Slice of outer axes, Split, a Transpose that keeps the
-// last axes, as in ShuffleNet's channel shuffle) copies whole rows with memcpy. Rows are split
-// over the pool in chunks of about 64 KB.
-void strided_copy_bytes(ThreadPool* pool, const uint8_t* src, uint8_t* dst, size_t es, const Shape& oshape,
-                        const std::vector<int64_t>& st, int64_t base) {
-  const int64_t total = shape_numel(oshape);
-  if (total == 0) return;
-  std::vector<int64_t> dims, strides;
-  for (size_t d = 0; d < oshape.size(); ++d) {
-    if (oshape[d] == 1) continue;
-    if (!dims.empty() && strides.back() == st[d] * oshape[d]) {
-      dims.back() *= oshape[d];
-      strides.back() = st[d];
-    } else {
-      dims.push_back(oshape[d]);
-      strides.push_back(st[d]);
-    }
-  }
-  if (dims.empty()) dims.push_back(1), strides.push_back(0);
-  const size_t r = dims.size();
-  const int64_t inner = dims[r - 1], ist = strides[r - 1], rows = total / inner;
-  const size_t row_bytes = size_t(inner) * es;
-  const int64_t grain = std::max<int64_t>(1, int64_t(65536 / std::max<size_t>(row_bytes, 1)));
-  parallel_for(pool, rows, grain, [&](int64_t r0, int64_t r1) {
-    // Source offset of row r0 (mixed radix over the outer dims), then an odometer.
-    std::vector<int64_t> idx(r, 0);
-    int64_t off = base, rem = r0;
-    for (size_t d = r - 1; d-- > 0;) {
-      idx[d] = rem % dims[d];
-      rem /= dims[d];
-      off += idx[d] * strides[d];
-    }
-    for (int64_t row = r0; row < r1; ++row) {
-      uint8_t* o = dst + size_t(row) * row_bytes;
-      const uint8_t* s = src + off * int64_t(es);
-      if (ist == 1) {
-        std::memcpy(o, s, row_bytes);
-      } else {
-        auto gather = [&]<class U>() {
-          U* ou = reinterpret_cast<U*>(o);
-          const U* su = reinterpret_cast<const U*>(s);
-          for (int64_t k = 0; k < inner; ++k) ou[k] = su[k * ist];
-        };
-        switch (es) {
-          case 1: gather.template operator()<uint8_t>(); break;
-          case 2: gather.template operator()<uint16_t>(); break;
-          case 4: gather.template operator()<uint32_t>(); break;
-          case 8: gather.template operator()<uint64_t>(); break;
-          default:
-            for (int64_t k = 0; k < inner; ++k) std::memcpy(o + size_t(k) * es, s + k * ist * int64_t(es), es);
-        }
-      }
-      for (size_t d = r - 1; d-- > 0;) {
-        if (++idx[d] < dims[d]) {
-          off += strides[d];
-          break;
-        }
-        off -= strides[d] * (dims[d] - 1);
-        idx[d] = 0;
-      }
-    }
-  });
-}
-
-// strided_copy into output `out` of ctx (its planned slot), with the byte-level copy; strings
-// take the element-wise path (std::string copies).
-void strided_copy_out(KernelContext& ctx, int out, const Tensor& src, const Shape& oshape,
-                      const std::vector<int64_t>& st, int64_t base) {
-  const size_t es = dtype_size(src.dtype());
-  if (src.dtype() == DType::String || es == 0) {
-    ctx.set_output(out, Value(strided_copy(ctx, src, oshape, st, base)));
-    return;
-  }
-  Tensor& y = ctx.output_uninit(out, src.dtype(), oshape);
-  if (y.numel() == 0) return;
-  strided_copy_bytes(ctx.pool(), static_cast<const uint8_t*>(src.raw()), static_cast<uint8_t*>(y.raw()), es, oshape,
-                     st, base);
-}
-
-// Batched 2-D transpose of T elements: x [B, R, C] -> y [B, C, R], in 16x16 tiles so both the
-// reads and the writes stay within a few cache lines; tile rows of all batches split over pool.
-template <class T>
-void transpose_2d_tiled(ThreadPool* pool, const T* x, T* y, int64_t B, int64_t R, int64_t C) {
-  constexpr int64_t kTile = 16;
-  const int64_t row_tiles = (R + kTile - 1) / kTile;
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, kTile * C));
-  parallel_for(pool, B * row_tiles, grain, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t b = t / row_tiles, r0 = (t % row_tiles) * kTile, r1 = std::min(R, r0 + kTile);
-      const T* xb = x + b * R * C;
-      T* yb = y + b * R * C;
-      for (int64_t c0 = 0; c0 < C; c0 += kTile) {
-        const int64_t c1 = std::min(C, c0 + kTile);
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t r = r0; r < r1; ++r) yb[c * R + r] = xb[r * C + c];
-      }
-    }
-  });
-}
-
-// Transpose as a batched 2-D transpose when it is one: after dropping size-1 axes and merging
-// input axes that stay adjacent, the permutation is [1, 0] or [0, 2, 1]. Element sizes 1, 2,
-// 4 and 8 bytes. Returns false otherwise (the generic strided copy runs).
-bool transpose_fast(KernelContext& ctx, const Tensor& x, const std::vector<int>& perm) {
-  const size_t es = dtype_size(x.dtype());
-  if (x.dtype() == DType::String || (es != 1 && es != 2 && es != 4 && es != 8) || x.numel() < 64) return false;
-  // Axes of size > 1 in output order, as input axis numbers, merged into runs of consecutive axes.
-  std::vector<int> kept;
-  for (int a : perm)
-    if (x.dim(a) > 1) kept.push_back(a);
-  std::vector<std::pair<int, int64_t>> runs;  // (first input axis, merged size), in output order
-  for (size_t i = 0; i < kept.size(); ++i) {
-    if (!runs.empty() && kept[i] == kept[i - 1] + 1) {
-      runs.back().second *= x.dim(kept[i]);
-    } else {
-      runs.push_back({kept[i], x.dim(kept[i])});
-    }
-  }
-  int64_t B = 1, R = 0, C = 0;
-  if (runs.size() == 2 && runs[0].first > runs[1].first) {
-    R = runs[1].second, C = runs[0].second;  // input [R, C] -> output [C, R]
-  } else if (runs.size() == 3 && runs[0].first < runs[2].first && runs[2].first < runs[1].first) {
-    B = runs[0].second, R = runs[2].second, C = runs[1].second;  // input [B, R, C] -> output [B, C, R]
-  } else {
-    return false;
-  }
-  Shape os(perm.size());
-  for (size_t d = 0; d < perm.size(); ++d) os[d] = x.shape()[size_t(perm[d])];
-  Tensor& y = ctx.output_uninit(0, x.dtype(), os);
-  switch (es) {
-    case 1: transpose_2d_tiled(ctx.pool(), x.data<uint8_t>(), y.data<uint8_t>(), B, R, C); break;
-    case 2: transpose_2d_tiled(ctx.pool(), x.data<uint16_t>(), y.data<uint16_t>(), B, R, C); break;
-    case 4: transpose_2d_tiled(ctx.pool(), x.data<uint32_t>(), y.data<uint32_t>(), B, R, C); break;
-    default: transpose_2d_tiled(ctx.pool(), x.data<uint64_t>(), y.data<uint64_t>(), B, R, C); break;
-  }
-  return true;
-}
-
-// Transposed copy of x (perm already validated).
-Tensor transpose_copy(const KernelContext& ctx, const Tensor& x, const std::vector<int>& perm) {
-  std::vector<int64_t> xs = shape_strides(x.shape());
-  Shape os(perm.size());
-  std::vector<int64_t> st(perm.size());
-  for (size_t d = 0; d < perm.size(); ++d) {
-    os[d] = x.shape()[size_t(perm[d])];
-    st[d] = xs[size_t(perm[d])];
-  }
-  return strided_copy(ctx, x, os, st, 0);
-}
-
-// Per-axis index maps: out[index] = src[sum_d map[d][index[d]] * stride[d]], or `fill` when any
-// map entry is negative.
-template <class T>
-void axis_map_copy(const Tensor& src, Tensor& out, const std::vector<std::vector<int64_t>>& maps, const T& fill) {
-  const Shape& os = out.shape();
-  int64_t total = out.numel();
-  if (total == 0) return;
-  const T* s = src.data<T>();
-  T* o = out.data<T>();
-  int r = int(os.size());
-  if (r == 0) {
-    o[0] = s[0];
-    return;
-  }
-  std::vector<int64_t> ss = shape_strides(src.shape());
-  int64_t inner = os[size_t(r - 1)];
-  int64_t rows = total / inner;
-  std::vector<int64_t> idx(size_t(r), 0);
-  const std::vector<int64_t>& last = maps[size_t(r - 1)];
-  int64_t lst = ss[size_t(r - 1)];
-  for (int64_t row = 0; row < rows; ++row) {
-    T* dst = o + row * inner;
-    bool valid = true;
-    int64_t off = 0;
-    for (int d = 0; d < r - 1; ++d) {
-      int64_t m = maps[size_t(d)][size_t(idx[size_t(d)])];
-      if (m < 0) {
-        valid = false;
-        break;
-      }
-      off += m * ss[size_t(d)];
-    }
-    if (!valid) {
-      for (int64_t k = 0; k < inner; ++k) dst[k] = fill;
-    } else {
-      for (int64_t k = 0; k < inner; ++k) {
-        int64_t m = last[size_t(k)];
-        dst[k] = m < 0 ? fill : s[off + m * lst];
-      }
-    }
-    for (int d = r - 2; d >= 0; --d) {
-      if (++idx[size_t(d)] < os[size_t(d)]) break;
-      idx[size_t(d)] = 0;
-    }
-  }
-}
+using namespace tensorops;
 
 // ---------------------------------------------------------------- Reshape
 
@@ -443,194 +157,7 @@ void do_slice(KernelContext& ctx, const std::vector<int64_t>& starts, const std:
   strided_copy_out(ctx, 0, x, os, st, base);
 }
 
-// ---------------------------------------------------------------- Pad
-
-enum class PadMode { Constant, Reflect, Edge, Wrap };
-
-PadMode parse_pad_mode(const Node& n) {
-  std::string m = n.attr_string("mode", "constant");
-  if (m == "constant") return PadMode::Constant;
-  if (m == "reflect") return PadMode::Reflect;
-  if (m == "edge") return PadMode::Edge;
-  if (m == "wrap") {
-    if (n.opset < 19) n.fail(ErrorCode::InvalidModel, "Pad mode 'wrap' requires opset 19 or later");
-    return PadMode::Wrap;
-  }
-  n.fail(ErrorCode::InvalidModel, "unknown Pad mode '" + m + "'");
-}
-
-// pads: [b_0..b_{k-1}, e_0..e_{k-1}] for the given axes (already normalized).
-void do_pad(KernelContext& ctx, PadMode mode, const std::vector<int64_t>& pads, const std::vector<int>& axes,
-            const Tensor* cvalue, float attr_value) {
-  const Tensor& x = ctx.input(0);
-  int r = x.rank();
-  size_t k = axes.size();
-  if (pads.size() != 2 * k)
-    ctx.fail(ErrorCode::InvalidArgument, "pads " + ints_str(pads) + " must have 2 * " + std::to_string(k) + " entries");
-  std::vector<int64_t> b(size_t(r), 0), e(size_t(r), 0);
-  for (size_t i = 0; i < k; ++i) {
-    b[size_t(axes[i])] = pads[i];
-    e[size_t(axes[i])] = pads[i + k];
-  }
-  Shape os(static_cast<size_t>(r));
-  std::vector<std::vector<int64_t>> maps(static_cast<size_t>(r));
-  for (int d = 0; d < r; ++d) {
-    int64_t dim = x.dim(d);
-    int64_t od;
-    if (__builtin_add_overflow(dim, b[size_t(d)], &od) || __builtin_add_overflow(od, e[size_t(d)], &od))
-      ctx.fail(ErrorCode::InvalidArgument, "pads " + ints_str(pads) + " are out of range");
-    if (od < 0)
-      ctx.fail(ErrorCode::InvalidArgument, "pads " + ints_str(pads) + " remove more than the " + std::to_string(dim) + " elements of axis " + std::to_string(d));
-    if (mode != PadMode::Constant && dim == 0 && od > 0)
-      ctx.fail(ErrorCode::InvalidArgument, "cannot pad empty axis " + std::to_string(d) + " in non-constant mode");
-    os[size_t(d)] = od;
-  }
-  check_shape_nonneg(ctx, os, "padded shape");
-  if (cvalue) {
-    if (cvalue->dtype() != x.dtype())
-      ctx.fail(ErrorCode::InvalidArgument, std::string("constant_value has type ") + dtype_name(cvalue->dtype()) + " but data has type " + dtype_name(x.dtype()));
-    if (cvalue->numel() > 1)
-      ctx.fail(ErrorCode::InvalidArgument, "constant_value must be a scalar, got shape " + shape_str(cvalue->shape()));
-  }
-  // Allocate the output first: its size check gives the clear error for absurd pads, and an
-  // empty output needs no index maps (one entry per padded position, sized by the pads).
-  Tensor& y = ctx.output(0, x.dtype(), os);
-  if (y.numel() == 0) return;
-  for (int d = 0; d < r; ++d) {
-    int64_t dim = x.dim(d), od = os[size_t(d)];
-    auto& m = maps[size_t(d)];
-    m.resize(size_t(od));
-    for (int64_t o = 0; o < od; ++o) {
-      int64_t i = o - b[size_t(d)];
-      if (i >= 0 && i < dim) {
-        m[size_t(o)] = i;
-        continue;
-      }
-      if (mode != PadMode::Constant && dim == 0)
-        ctx.fail(ErrorCode::InvalidArgument, "cannot pad empty axis " + std::to_string(d) + " in non-constant mode");
-      switch (mode) {
-        case PadMode::Constant: i = -1; break;
-        case PadMode::Edge: i = i < 0 ? 0 : dim - 1; break;
-        case PadMode::Wrap: i = ((i % dim) + dim) % dim; break;
-        case PadMode::Reflect:
-          if (dim == 1) {
-            i = 0;
-          } else {
-            int64_t p = 2 * (dim - 1);
-            i = ((i % p) + p) % p;
-            if (i >= dim) i = p - i;
-          }
-          break;
-      }
-      m[size_t(o)] = i;
-    }
-  }
-  dispatch_all(ctx, 0, x.dtype(), [&]<class T>() {
-    T fill{};
-    if (cvalue) {
-      if (cvalue->numel() == 1) fill = cvalue->data<T>()[0];
-    } else {
-      if constexpr (!std::is_same_v<T, std::string>) fill = T(attr_value);
-    }
-    axis_map_copy<T>(x, y, maps, fill);
-  });
-}
-
-// ---------------------------------------------------------------- Col2Im
-
-void do_col2im(KernelContext& ctx, const std::vector<int64_t>& dil_attr, const std::vector<int64_t>& pads_attr,
-               const std::vector<int64_t>& strides_attr) {
-  const Tensor& x = ctx.input(0);
-  std::vector<int64_t> image = int_input(ctx, 1, "image_shape");
-  std::vector<int64_t> block = int_input(ctx, 2, "block_shape");
-  size_t nd = image.size();
-  if (block.size() != nd || nd == 0)
-    ctx.fail(ErrorCode::InvalidArgument, "image_shape " + ints_str(image) + " and block_shape " + ints_str(block) + " must have the same non-zero length");
-  if (x.rank() != 3) ctx.fail(ErrorCode::InvalidArgument, "input must be 3-D [N, C*prod(block_shape), L], got " + shape_str(x.shape()));
-  std::vector<int64_t> dil = dil_attr.empty() ? std::vector<int64_t>(nd, 1) : dil_attr;
-  std::vector<int64_t> str = strides_attr.empty() ? std::vector<int64_t>(nd, 1) : strides_attr;
-  std::vector<int64_t> pads = pads_attr.empty() ? std::vector<int64_t>(2 * nd, 0) : pads_attr;
-  if (dil.size() != nd || str.size() != nd || pads.size() != 2 * nd)
-    ctx.fail(ErrorCode::InvalidArgument, "dilations/strides/pads lengths do not match " + std::to_string(nd) + " spatial dimensions");
-  int64_t bprod = 1;
-  for (size_t i = 0; i < nd; ++i) {
-    if (block[i] <= 0 || image[i] < 0 || dil[i] <= 0 || str[i] <= 0)
-      ctx.fail(ErrorCode::InvalidArgument, "image_shape, block_shape, dilations and strides must be positive");
-    if (pads[i] < 0 || pads[i + nd] < 0) ctx.fail(ErrorCode::InvalidArgument, "pads must be >= 0, got " + ints_str(pads));
-    if (__builtin_mul_overflow(bprod, block[i], &bprod))
-      ctx.fail(ErrorCode::InvalidArgument, "block_shape " + ints_str(block) + " has too many elements");
-  }
-  int64_t N = x.dim(0), CB = x.dim(1), L = x.dim(2);
-  if (CB % bprod != 0)
-    ctx.fail(ErrorCode::InvalidArgument, "input dimension 1 (" + std::to_string(CB) + ") is not a multiple of prod(block_shape) = " + std::to_string(bprod));
-  int64_t C = CB / bprod;
-  std::vector<int64_t> nblocks(nd);
-  int64_t lprod = 1;
-  for (size_t i = 0; i < nd; ++i) {
-    // Checked: image_shape and block_shape are inputs and the attributes come from the model.
-    int64_t eff = 0, span = 0;
-    if (__builtin_mul_overflow(dil[i], block[i] - 1, &eff) || __builtin_add_overflow(eff, int64_t(1), &eff) ||
-        __builtin_add_overflow(image[i], pads[i], &span) || __builtin_add_overflow(span, pads[i + nd], &span) ||
-        __builtin_sub_overflow(span, eff, &span))
-      ctx.fail(ErrorCode::InvalidArgument, "image_shape " + ints_str(image) + " and block_shape " + ints_str(block) +
-                                               " with these dilations and pads overflow");
-    nblocks[i] = span < 0 ? 0 : span / str[i] + 1;
-    if (__builtin_mul_overflow(lprod, nblocks[i], &lprod))
-      ctx.fail(ErrorCode::InvalidArgument, "the sliding blocks implied by the attributes overflow");
-  }
-  if (lprod != L)
-    ctx.fail(ErrorCode::InvalidArgument, "input dimension 2 (" + std::to_string(L) + ") does not match the " + std::to_string(lprod) + " sliding blocks implied by the attributes");
-  Shape os = {N, C};
-  for (int64_t v : image) os.push_back(v);
-  check_shape_nonneg(ctx, os, "output shape");
-  Tensor& y = ctx.output(0, x.dtype(), os);
-  int64_t isz = shape_numel(image);
-  if (!visit_numeric(x.dtype(), [&]<class T>() {
-        const T* src = x.data<T>();
-        T* dst = y.data<T>();
-        std::vector<int64_t> bi(nd), li(nd);
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t c = 0; c < C; ++c) {
-            T* img = dst + (n * C + c) * isz;
-            for (int64_t b = 0; b < bprod; ++b) {
-              int64_t t = b;
-              for (size_t d = nd; d-- > 0;) {
-                bi[d] = t % block[d];
-                t /= block[d];
-              }
-              const T* col = src + ((n * C + c) * bprod + b) * L;
-              for (int64_t l = 0; l < L; ++l) {
-                int64_t u = l;
-                for (size_t d = nd; d-- > 0;) {
-                  li[d] = u % nblocks[d];
-                  u /= nblocks[d];
-                }
-                int64_t off = 0;
-                bool inside = true;
-                for (size_t d = 0; d < nd; ++d) {
-                  int64_t p = li[d] * str[d] - pads[d] + bi[d] * dil[d];
-                  if (p < 0 || p >= image[d]) {
-                    inside = false;
-                    break;
-                  }
-                  off = off * image[d] + p;
-                }
-                if (!inside) continue;
-                if constexpr (std::is_arithmetic_v<T>)
-                  img[off] = T(img[off] + col[l]);
-                else
-                  img[off] = T(float(img[off]) + float(col[l]));
-              }
-            }
-          }
-      }))
-    unsupported_dtype(ctx, 0, x.dtype());
-}
-
-}  // namespace
-
-void register_tensor_ops(OpRegistry& r) {
-  // ------------------------------------------------------------------ Shape
+void register_shape(OpRegistry& r) {
   r.add("Shape", 1, [](const Node& n) {
     bool ranged = n.opset >= 15;
     int64_t start = ranged ? n.attr_int("start", 0) : 0;
@@ -650,7 +177,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Size
+}
+
+void register_size(OpRegistry& r) {
   r.add("Size", 1, [](const Node&) {
     return kernel([](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
@@ -658,7 +187,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Reshape
+}
+
+void register_reshape(OpRegistry& r) {
   r.add("Reshape", 1, [](const Node& n) {
     if (n.opset < 5) {
       std::vector<int64_t> shape = n.attr_ints("shape", {});
@@ -675,7 +206,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Flatten
+}
+
+void register_flatten(OpRegistry& r) {
   r.add("Flatten", 1, [](const Node& n) {
     int64_t axis = n.attr_int("axis", 1);
     return kernel([axis](KernelContext& ctx) {
@@ -690,7 +223,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Squeeze / Unsqueeze
+}
+
+void register_squeeze_unsqueeze(OpRegistry& r) {
   auto squeeze = [](KernelContext& ctx, const std::vector<int64_t>* axes) {
     const Tensor& x = ctx.input(0);
     Shape os;
@@ -745,7 +280,9 @@ void register_tensor_ops(OpRegistry& r) {
     return kernel([unsqueeze](KernelContext& ctx) { unsqueeze(ctx, int_input(ctx, 1, "axes")); });
   });
 
-  // ------------------------------------------------------------------ Transpose
+}
+
+void register_transpose(OpRegistry& r) {
   r.add("Transpose", 1, [](const Node& n) {
     bool has_perm = n.has_attr("perm");
     std::vector<int64_t> perm = n.attr_ints("perm", {});
@@ -785,7 +322,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Concat
+}
+
+void register_concat(OpRegistry& r) {
   r.add("Concat", 1, [](const Node& n) {
     int64_t axis = n.opset < 4 ? n.attr_int("axis", 1) : n.attr_int("axis");
     return kernel([axis](KernelContext& ctx) {
@@ -880,7 +419,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Split
+}
+
+void register_split(OpRegistry& r) {
   r.add("Split", 1, [](const Node& n) {
     int64_t axis = n.attr_int("axis", 0);
     if (n.opset < 13) {
@@ -910,7 +451,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Slice
+}
+
+void register_slice(OpRegistry& r) {
   r.add("Slice", 1, [](const Node& n) {
     if (n.opset < 10) {
       std::vector<int64_t> starts = n.attr_ints("starts"), ends = n.attr_ints("ends");
@@ -930,7 +473,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Expand
+}
+
+void register_expand(OpRegistry& r) {
   r.add("Expand", 8, [](const Node&) {
     return kernel([](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
@@ -946,7 +491,9 @@ void register_tensor_ops(OpRegistry& r) {
     });
   });
 
-  // ------------------------------------------------------------------ Tile
+}
+
+void register_tile(OpRegistry& r) {
   auto tile = [](KernelContext& ctx, const std::vector<int64_t>& reps) {
     const Tensor& x = ctx.input(0);
     int rk = x.rank();
@@ -989,335 +536,25 @@ void register_tensor_ops(OpRegistry& r) {
     return kernel([tile](KernelContext& ctx) { tile(ctx, int_input(ctx, 1, "repeats")); });
   });
 
-  // ------------------------------------------------------------------ Pad
-  r.add("Pad", 1, [](const Node& n) {
-    PadMode mode = parse_pad_mode(n);
-    if (n.opset < 11) {
-      std::vector<int64_t> pads = n.opset < 2 ? n.attr_ints("paddings") : n.attr_ints("pads");
-      float value = n.attr_float("value", 0.0f);
-      return kernel([mode, pads, value](KernelContext& ctx) {
-        int rk = ctx.input(0).rank();
-        std::vector<int> axes;
-        for (int d = 0; d < rk; ++d) axes.push_back(d);
-        do_pad(ctx, mode, pads, axes, nullptr, value);
-      });
-    }
-    return kernel([mode](KernelContext& ctx) {
-      int rk = ctx.input(0).rank();
-      std::vector<int64_t> pads = int_input(ctx, 1, "pads");
-      std::vector<int> axes;
-      if (ctx.has_input(3)) {
-        axes = normalize_axes(ctx.node(), int_input(ctx, 3, "axes"), rk);
-      } else {
-        for (int d = 0; d < rk; ++d) axes.push_back(d);
-      }
-      const Tensor* cv = ctx.has_input(2) ? &ctx.input(2) : nullptr;
-      do_pad(ctx, mode, pads, axes, cv, 0.0f);
-    });
-  });
+}
 
-  // ------------------------------------------------------------------ ConstantOfShape
-  r.add("ConstantOfShape", 9, [](const Node& n) {
-    Tensor value;
-    if (n.has_attr("value")) {
-      value = n.attr_tensor("value");
-      if (value.numel() != 1) n.fail(ErrorCode::InvalidModel, "attribute 'value' must hold exactly one element, got shape " + shape_str(value.shape()));
-    } else {
-      value = Tensor::scalar<float>(0.0f);
-    }
-    return kernel([value](KernelContext& ctx) {
-      Shape shape = int_input(ctx, 0, "shape");
-      check_shape_nonneg(ctx, shape, "shape");
-      Tensor& y = ctx.output(0, value.dtype(), shape);
-      dispatch_all(ctx, 0, value.dtype(), [&]<class T>() {
-        T v = value.data<T>()[0];
-        T* o = y.data<T>();
-        for (int64_t i = 0; i < y.numel(); ++i) o[i] = v;
-      });
-    });
-  });
+}  // namespace
 
-  // ------------------------------------------------------------------ Range
-  r.add("Range", 11, [](const Node&) {
-    return kernel([](KernelContext& ctx) {
-      const Tensor& s = ctx.input(0);
-      const Tensor& l = ctx.input(1);
-      const Tensor& d = ctx.input(2);
-      DType dt = s.dtype();
-      if (l.dtype() != dt || d.dtype() != dt)
-        ctx.fail(ErrorCode::InvalidArgument, "start, limit and delta must have the same type");
-      for (int i = 0; i < 3; ++i)
-        if (ctx.input(i).numel() != 1)
-          ctx.fail(ErrorCode::InvalidArgument, "input " + std::to_string(i) + " must be a scalar, got shape " + shape_str(ctx.input(i).shape()));
-      if (!visit_numeric(dt, [&]<class T>() {
-            T start = s.data<T>()[0], limit = l.data<T>()[0], delta = d.data<T>()[0];
-            int64_t n;
-            if constexpr (std::is_integral_v<T>) {
-              if (delta == 0) ctx.fail(ErrorCode::InvalidArgument, "delta must not be 0");
-              __int128 diff = __int128(limit) - __int128(start), dl = __int128(delta);
-              __int128 cnt = 0;
-              if (dl > 0 && diff > 0) cnt = (diff + dl - 1) / dl;
-              if (dl < 0 && diff < 0) cnt = (-diff + -dl - 1) / -dl;
-              if (cnt > (__int128(1) << 40)) ctx.fail(ErrorCode::InvalidArgument, "range is too large");
-              n = int64_t(cnt);
-            } else {
-              double fs = double(start), fl = double(limit), fd = double(delta);
-              if (fd == 0 || !std::isfinite(fs) || !std::isfinite(fl) || !std::isfinite(fd))
-                ctx.fail(ErrorCode::InvalidArgument, "start, limit and delta must be finite and delta non-zero");
-              double c = std::ceil((fl - fs) / fd);
-              if (c > double(int64_t(1) << 40)) ctx.fail(ErrorCode::InvalidArgument, "range is too large");
-              n = c > 0 ? int64_t(c) : 0;
-            }
-            Tensor& y = ctx.output(0, dt, {n});
-            T* o = y.data<T>();
-            if constexpr (std::is_integral_v<T>) {
-              for (int64_t i = 0; i < n; ++i) o[i] = T(int64_t(start) + i * int64_t(delta));
-            } else {
-              for (int64_t i = 0; i < n; ++i) o[i] = T(double(start) + double(i) * double(delta));
-            }
-          }))
-        unsupported_dtype(ctx, 0, dt);
-    });
-  });
-
-  // ------------------------------------------------------------------ Dropout
-  r.add("Dropout", 1, [](const Node& n) {
-    int ver = n.opset;
-    bool old_mask = ver < 10;  // mask has the data type before opset 10, bool after
-    float ratio_attr = ver < 12 ? n.attr_float("ratio", 0.5f) : 0.5f;
-    // Dropout-1/6 had an is_test attribute; basalt runs inference, so it is ignored.
-    bool has_seed = n.has_attr("seed");
-    int64_t seed = n.attr_int("seed", 0);
-    return kernel([ver, old_mask, ratio_attr, has_seed, seed](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      float ratio = ratio_attr;
-      bool training = false;
-      if (ver >= 12) {
-        if (ctx.has_input(1)) {
-          const Tensor& rt = ctx.input(1);
-          if (rt.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, "ratio must be a scalar");
-          ratio = float(rt.get_double(0));
-        }
-        if (ctx.has_input(2)) {
-          const Tensor& tm = ctx.input(2);
-          if (tm.numel() != 1 || tm.dtype() != DType::Bool) ctx.fail(ErrorCode::InvalidArgument, "training_mode must be a bool scalar");
-          training = tm.data<bool>()[0];
-        }
-      }
-      if (training && (ratio < 0 || ratio >= 1))
-        ctx.fail(ErrorCode::InvalidArgument, "ratio must be in [0, 1), got " + std::to_string(ratio));
-      if (!training || ratio == 0) {
-        ctx.set_output(0, ctx.input_value(0));
-        if (ctx.has_output(1)) {
-          DType mt = old_mask ? x.dtype() : DType::Bool;
-          Tensor& m = ctx.output(1, mt, x.shape());
-          if (!visit_numeric_bool(mt, [&]<class T>() {
-                T* p = m.data<T>();
-                for (int64_t i = 0; i < m.numel(); ++i) p[i] = T(1);
-              }))
-            unsupported_dtype(ctx, 0, mt);
-        }
-        return;
-      }
-      // Training mode: random mask, kept values scaled by 1 / (1 - ratio). The generator is
-      // MT19937 with doubles built from two 32-bit draws (53 bits), the same stream numpy's
-      // RandomState(seed).uniform() produces, so a given seed gives the reference's mask.
-      std::mt19937 rng(has_seed ? uint32_t(seed) : uint32_t(std::random_device{}()));
-      auto uniform = [&rng]() {
-        uint32_t a = rng() >> 5, b = rng() >> 6;
-        return (double(a) * 67108864.0 + double(b)) / 9007199254740992.0;
-      };
-      Tensor& y = ctx.output(0, x.dtype(), x.shape());
-      Tensor mask(DType::Bool, x.shape());
-      if (!visit_float(x.dtype(), [&]<class T>() {
-            const T* a = x.data<T>();
-            T* b = y.data<T>();
-            bool* mk = mask.data<bool>();
-            using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
-            C scale = C(1) / (C(1) - C(ratio));
-            for (int64_t i = 0; i < x.numel(); ++i) {
-              mk[i] = uniform() >= double(ratio);
-              b[i] = mk[i] ? T(C(a[i]) * scale) : T(0.0f);
-            }
-          }))
-        unsupported_dtype(ctx, 0, x.dtype());
-      if (ctx.has_output(1)) ctx.set_output(1, Value(mask));
-    });
-  });
-
-  // ------------------------------------------------------------------ EyeLike
-  r.add("EyeLike", 9, [](const Node& n) {
-    int64_t k = n.attr_int("k", 0);
-    DType dt = DType::Undefined;
-    if (n.has_attr("dtype")) {
-      int64_t v = n.attr_int("dtype");
-      if (!dtype_attr_known(v)) n.fail(ErrorCode::InvalidModel, "unknown dtype " + std::to_string(v));
-      dt = DType(int32_t(v));
-    }
-    return kernel([k, dt](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      if (x.rank() != 2) ctx.fail(ErrorCode::InvalidArgument, "input must be 2-D, got shape " + shape_str(x.shape()));
-      DType ot = dt == DType::Undefined ? x.dtype() : dt;
-      Tensor& y = ctx.output(0, ot, x.shape());
-      int64_t R = x.dim(0), C = x.dim(1);
-      if (k >= C || k <= -R) return;  // no diagonal entry inside (and i + k cannot overflow below)
-      if (!visit_numeric_bool(ot, [&]<class T>() {
-            T* o = y.data<T>();
-            for (int64_t i = 0; i < R; ++i) {
-              int64_t j = i + k;
-              if (j >= 0 && j < C) o[i * C + j] = T(1);
-            }
-          }))
-        unsupported_dtype(ctx, 0, ot);
-    });
-  });
-
-  // ------------------------------------------------------------------ Trilu
-  r.add("Trilu", 14, [](const Node& n) {
-    bool upper = n.attr_int("upper", 1) != 0;
-    return kernel([upper](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      if (x.rank() < 2) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 2, got shape " + shape_str(x.shape()));
-      int64_t k = 0;
-      if (ctx.has_input(1)) {
-        const Tensor& kt = ctx.input(1);
-        if (kt.numel() != 1 || !dtype_is_integer(kt.dtype())) ctx.fail(ErrorCode::InvalidArgument, "k must be an integer scalar");
-        k = kt.get_int(0);
-      }
-      Tensor& y = ctx.output(0, x.dtype(), x.shape());
-      int64_t R = x.dim(-2), C = x.dim(-1);
-      int64_t mats = R * C == 0 ? 0 : x.numel() / (R * C);
-      dispatch_all(ctx, 0, x.dtype(), [&]<class T>() {
-        const T* a = x.data<T>();
-        T* o = y.data<T>();
-        for (int64_t m = 0; m < mats; ++m)
-          for (int64_t i = 0; i < R; ++i)
-            for (int64_t j = 0; j < C; ++j) {
-              int64_t p = (m * R + i) * C + j;
-              bool keep = upper ? j - i >= k : j - i <= k;
-              if (keep) o[p] = a[p];
-            }
-      });
-    });
-  });
-
-  // ------------------------------------------------------------------ DepthToSpace / SpaceToDepth
-  // A blocksize this large needs >= 2^32 channels (or spatial positions) per image; the cap keeps
-  // b * b and the output dims (checked below) far from overflow.
-  constexpr int64_t kMaxBlocksize = int64_t(1) << 16;
-  r.add("DepthToSpace", 1, [](const Node& n) {
-    int64_t b = n.attr_int("blocksize");
-    if (b <= 0 || b > kMaxBlocksize)
-      n.fail(ErrorCode::InvalidModel, "blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "], got " + std::to_string(b));
-    std::string mode = n.opset >= 11 ? n.attr_string("mode", "DCR") : "DCR";
-    if (mode != "DCR" && mode != "CRD") n.fail(ErrorCode::InvalidModel, "mode must be DCR or CRD, got '" + mode + "'");
-    bool crd = mode == "CRD";
-    return kernel([b, crd](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      if (x.rank() != 4) ctx.fail(ErrorCode::InvalidArgument, "input must be 4-D NCHW, got shape " + shape_str(x.shape()));
-      int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-      if (C % (b * b) != 0)
-        ctx.fail(ErrorCode::InvalidArgument, "channels " + std::to_string(C) + " are not divisible by blocksize^2 = " + std::to_string(b * b));
-      int64_t c = C / (b * b);
-      Tensor t;
-      if (crd)
-        t = transpose_copy(ctx, x.reshaped({N, c, b, b, H, W}), {0, 1, 4, 2, 5, 3});
-      else
-        t = transpose_copy(ctx, x.reshaped({N, b, b, c, H, W}), {0, 3, 4, 1, 5, 2});
-      int64_t oh, ow;
-      if (__builtin_mul_overflow(H, b, &oh) || __builtin_mul_overflow(W, b, &ow))
-        ctx.fail(ErrorCode::InvalidArgument, "blocksize " + std::to_string(b) + " gives too large an output for shape " + shape_str(x.shape()));
-      ctx.set_output(0, Value(t.reshaped({N, c, oh, ow})));
-    });
-  });
-  r.add("SpaceToDepth", 1, [](const Node& n) {
-    int64_t b = n.attr_int("blocksize");
-    if (b <= 0 || b > kMaxBlocksize)
-      n.fail(ErrorCode::InvalidModel, "blocksize must be in [1, " + std::to_string(kMaxBlocksize) + "], got " + std::to_string(b));
-    return kernel([b](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      if (x.rank() != 4) ctx.fail(ErrorCode::InvalidArgument, "input must be 4-D NCHW, got shape " + shape_str(x.shape()));
-      int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-      if (H % b != 0 || W % b != 0)
-        ctx.fail(ErrorCode::InvalidArgument, "spatial size " + std::to_string(H) + "x" + std::to_string(W) + " is not divisible by blocksize " + std::to_string(b));
-      int64_t oc;
-      if (__builtin_mul_overflow(C, b * b, &oc))
-        ctx.fail(ErrorCode::InvalidArgument, "blocksize " + std::to_string(b) + " gives too large an output for shape " + shape_str(x.shape()));
-      Tensor t = transpose_copy(ctx, x.reshaped({N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
-      ctx.set_output(0, Value(t.reshaped({N, oc, H / b, W / b})));
-    });
-  });
-
-  // ------------------------------------------------------------------ CenterCropPad
-  r.add("CenterCropPad", 18, [](const Node& n) {
-    bool has_axes = n.has_attr("axes");
-    std::vector<int64_t> axes_attr = n.attr_ints("axes", {});
-    return kernel([has_axes, axes_attr](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      int rk = x.rank();
-      std::vector<int64_t> shape = int_input(ctx, 1, "shape");
-      std::vector<int> axes;
-      if (has_axes) {
-        axes = normalize_axes(ctx.node(), axes_attr, rk);
-      } else {
-        for (int d = 0; d < rk; ++d) axes.push_back(d);
-      }
-      if (shape.size() != axes.size())
-        ctx.fail(ErrorCode::InvalidArgument, "shape " + ints_str(shape) + " must have one entry per axis (" + std::to_string(axes.size()) + ")");
-      Shape os = x.shape();
-      for (size_t i = 0; i < axes.size(); ++i) os[size_t(axes[i])] = shape[i];
-      check_shape_nonneg(ctx, os, "output shape");
-      os = x.shape();
-      std::vector<std::vector<int64_t>> maps(static_cast<size_t>(rk));
-      for (int d = 0; d < rk; ++d) {
-        maps[size_t(d)].resize(size_t(os[size_t(d)]));
-        for (int64_t i = 0; i < os[size_t(d)]; ++i) maps[size_t(d)][size_t(i)] = i;
-      }
-      for (size_t i = 0; i < axes.size(); ++i) {
-        int a = axes[i];
-        int64_t dim = x.dim(a), target = shape[i];
-        if (target < 0) ctx.fail(ErrorCode::InvalidArgument, "shape " + ints_str(shape) + " has a negative entry");
-        int64_t off = target <= dim ? (dim - target) / 2 : -((target - dim) / 2);  // source index of output 0
-        os[size_t(a)] = target;
-        auto& m = maps[size_t(a)];
-        m.assign(size_t(target), -1);
-        for (int64_t o = 0; o < target; ++o) {
-          int64_t s = o + off;
-          if (s >= 0 && s < dim) m[size_t(o)] = s;
-        }
-      }
-      Tensor& y = ctx.output(0, x.dtype(), os);
-      dispatch_all(ctx, 0, x.dtype(), [&]<class T>() { axis_map_copy<T>(x, y, maps, T{}); });
-    });
-  });
-
-  // ------------------------------------------------------------------ Col2Im
-  r.add("Col2Im", 18, [](const Node& n) {
-    std::vector<int64_t> dil = n.attr_ints("dilations", {}), pads = n.attr_ints("pads", {}), strides = n.attr_ints("strides", {});
-    return kernel([dil, pads, strides](KernelContext& ctx) { do_col2im(ctx, dil, pads, strides); });
-  });
+void register_tensor_ops(OpRegistry& r) {
+  for (auto family : {register_shape, register_size, register_reshape, register_flatten, register_squeeze_unsqueeze, register_transpose, register_concat, register_split, register_slice, register_expand, register_tile}) family(r);
   // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
-  for (const char* op : {"CenterCropPad", "Col2Im"}) r.def(op).data_dependent_shape();
   r.def("Concat").infer_symbolic(shapes::concat).alias(Alias::MaybeView);
-  r.def("ConstantOfShape").infer(shapes::constant_of_shape);
-  r.def("DepthToSpace").infer(shapes::depth_to_space);
-  r.def("Dropout").infer_symbolic(shapes::dropout).alias(Alias::MaybeView);
   r.def("Expand").infer(shapes::expand).alias(Alias::MaybeView);
   r.def("Flatten").infer(shapes::flatten).alias(Alias::View);
-  r.def("Pad").infer(shapes::pad);
-  r.def("Range").infer(shapes::range);
   r.def("Reshape").infer(shapes::reshape).alias(Alias::View);
   r.def("Shape").infer(shapes::shape_op);
   r.def("Size").infer(shapes::size_op);
   r.def("Slice").infer(shapes::slice).alias(Alias::MaybeView);
-  r.def("SpaceToDepth").infer(shapes::space_to_depth);
   r.def("Split").infer(shapes::split).alias(Alias::MaybeView);
   r.def("Squeeze").infer(shapes::squeeze).alias(Alias::View);
   r.def("Tile").infer(shapes::tile);
   r.def("Transpose").infer_symbolic(shapes::transpose).alias(Alias::MaybeView);
-  r.def("Trilu").infer_symbolic(shapes::same);
   r.def("Unsqueeze").infer(shapes::unsqueeze).alias(Alias::View);
-  r.def("EyeLike").infer_symbolic(shapes::eye_like);
 }
 
 }  // namespace basalt
