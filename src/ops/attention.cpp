@@ -23,33 +23,6 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// Round a value to the precision of a float element type.
-double round_to(DType t, double x) {
-  switch (t) {
-    case DType::Float: return double(float(x));
-    case DType::Float16: return double(float(float16(float(x))));
-    case DType::BFloat16: return double(float(bfloat16(float(x))));
-    default: return x;
-  }
-}
-
-// The wider of two float types (for mixed-precision products).
-DType wider_float(DType a, DType b) {
-  auto rank = [](DType t) {
-    switch (t) {
-      case DType::Double: return 3;
-      case DType::Float: return 2;
-      default: return 1;
-    }
-  };
-  if (rank(a) != rank(b)) return rank(a) > rank(b) ? a : b;
-  return a == b ? a : DType::Float;  // float16 vs bfloat16 promotes to float
-}
-
-bool is_float_type(DType t) {
-  return t == DType::Float || t == DType::Double || t == DType::Float16 || t == DType::BFloat16;
-}
-
 std::vector<double> to_doubles(const Tensor& t) {
   std::vector<double> v(size_t(t.numel()));
   bool ok = visit_numeric_bool(t.dtype(), [&]<class T>() {
@@ -89,12 +62,21 @@ struct AttentionAttrs {
   DType softmax_type = DType::Undefined;
 };
 
-void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
+// The sizes of one Attention run, checked: batch, query / key-value heads, sequence lengths, head
+// sizes, the past key/value (always 4-D) and the total key length T = past + new.
+struct AttnDims {
+  int rank = 0;
+  int64_t B = 0, Hq = 0, Sq = 0, D = 0, Hkv = 0, Skv = 0, Dv = 0, group = 0, P = 0, T = 0;
+  const Tensor* PK = nullptr;
+  const Tensor* PV = nullptr;
+};
+
+AttnDims attention_dims(KernelContext& ctx, const AttentionAttrs& a) {
   const Tensor& Q = ctx.input(0);
   const Tensor& K = ctx.input(1);
   const Tensor& V = ctx.input(2);
   const DType dt = Q.dtype();
-  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (!is_float_like(dt)) unsupported_dtype(ctx, 0, dt);
   if (K.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "K must have the type of Q");
   if (V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "V must have the type of Q");
   const int rank = Q.rank();
@@ -132,7 +114,6 @@ void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
   }
   if (Hkv <= 0 || Hq <= 0 || Hq % Hkv)
     ctx.fail(ErrorCode::InvalidArgument, "the number of query heads (" + std::to_string(Hq) + ") must be a multiple of the number of key/value heads (" + std::to_string(Hkv) + ")");
-  const int64_t group = Hq / Hkv;
 
   // Past key/value (always 4-D).
   int64_t P = 0;
@@ -149,11 +130,24 @@ void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
     if (PV->rank() != 4 || PV->dim(0) != B || PV->dim(1) != Hkv || PV->dim(2) != P || PV->dim(3) != Dv)
       ctx.fail(ErrorCode::InvalidArgument, "past_value shape " + shp(PV->shape()) + " does not match past_key " + shp(PK->shape()));
   }
-  const int64_t T = P + Skv;
 
-  // Gather inputs as [B, H, S, D] doubles.
-  std::vector<double> q = to_doubles(Q), kin = to_doubles(K), vin = to_doubles(V);
-  std::vector<double> qv(size_t(B * Hq * Sq * D)), kall(size_t(B * Hkv * T * D)), vall(size_t(B * Hkv * T * Dv));
+  AttnDims r;
+  r.rank = rank, r.B = B, r.Hq = Hq, r.Sq = Sq, r.D = D, r.Hkv = Hkv, r.Skv = Skv, r.Dv = Dv, r.group = Hq / Hkv;
+  r.P = P, r.T = P + Skv, r.PK = PK, r.PV = PV;
+  return r;
+}
+
+// Q as [B, Hq, Sq, D] doubles, and past + new K and V as [B, Hkv, T, D] / [B, Hkv, T, Dv].
+void gather_qkv(KernelContext& ctx, const AttnDims& z, std::vector<double>& qv, std::vector<double>& kall,
+                std::vector<double>& vall) {
+  const int64_t B = z.B, Hq = z.Hq, Sq = z.Sq, D = z.D, Hkv = z.Hkv, Skv = z.Skv, Dv = z.Dv, P = z.P, T = z.T;
+  const int rank = z.rank;
+  const Tensor* PK = z.PK;
+  const Tensor* PV = z.PV;
+  std::vector<double> q = to_doubles(ctx.input(0)), kin = to_doubles(ctx.input(1)), vin = to_doubles(ctx.input(2));
+  qv.assign(size_t(B * Hq * Sq * D), 0.0);
+  kall.assign(size_t(B * Hkv * T * D), 0.0);
+  vall.assign(size_t(B * Hkv * T * Dv), 0.0);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t s = 0; s < Sq; ++s)
@@ -187,6 +181,63 @@ void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
           }
         }
   }
+}
+
+// The attention mask broadcast (numpy rules, right-aligned) to [B, Hq, Sq, T]; a last dim
+// shorter than T is padded with -inf (float) / false (bool).
+struct AttnMask {
+  bool present = false, is_bool = false;
+  std::vector<double> v;
+  int64_t last = 0;
+  int64_t stride[4] = {0, 0, 0, 0};
+  // The additive bias of score (b, h, i, j): the mask value, 0 / -inf for a bool mask.
+  double bias(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (!present) return 0;
+    if (j >= last) return -kInf;
+    const double m = v[size_t(b * stride[0] + h * stride[1] + i * stride[2] + j)];
+    return is_bool ? (m != 0 ? 0.0 : -kInf) : m;
+  }
+};
+
+AttnMask attention_mask(KernelContext& ctx, const AttnDims& z, DType dt) {
+  AttnMask r;
+  if (!ctx.has_input(3)) return r;
+  const Tensor* M = &ctx.input(3);
+  const int64_t B = z.B, Hq = z.Hq, Sq = z.Sq, T = z.T;
+  r.present = true;
+  r.is_bool = M->dtype() == DType::Bool;
+  if (!r.is_bool && M->dtype() != dt)
+    ctx.fail(ErrorCode::InvalidArgument, std::string("attn_mask must be bool or ") + dtype_name(dt) + ", got " + dtype_name(M->dtype()));
+  int mr = M->rank();
+  if (mr < 1 || mr > 4) ctx.fail(ErrorCode::InvalidArgument, "attn_mask must have rank 1 to 4, got " + shp(M->shape()));
+  r.last = M->dim(-1);
+  if (r.last > T)
+    ctx.fail(ErrorCode::InvalidArgument, "attn_mask last dimension " + std::to_string(r.last) + " exceeds the total key length " + std::to_string(T));
+  const int64_t target[4] = {B, Hq, Sq, T};
+  std::vector<int64_t> st = shape_strides(M->shape());
+  for (int k = 0; k < mr; ++k) {
+    int td = 4 - mr + k;
+    int64_t md = M->dim(k);
+    if (td == 3) {
+      r.stride[3] = 1;
+      continue;
+    }
+    if (md == target[td]) r.stride[td] = st[size_t(k)];
+    else if (md == 1) r.stride[td] = 0;
+    else ctx.fail(ErrorCode::InvalidArgument, "attn_mask shape " + shp(M->shape()) + " cannot broadcast to [" + std::to_string(B) + "," + std::to_string(Hq) + "," + std::to_string(Sq) + "," + std::to_string(T) + "]");
+  }
+  r.v = to_doubles(*M);
+  return r;
+}
+
+void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
+  const DType dt = ctx.input(0).dtype();
+  const AttnDims z = attention_dims(ctx, a);
+  const int64_t B = z.B, Hq = z.Hq, Sq = z.Sq, D = z.D, Hkv = z.Hkv, Dv = z.Dv, group = z.group, P = z.P, T = z.T;
+  const int rank = z.rank;
+  const Tensor* PK = z.PK;
+  std::vector<double> qv, kall, vall;
+  gather_qkv(ctx, z, qv, kall, vall);
   if (ctx.has_output(1)) {
     Tensor& o = ctx.output(1, dt, {B, Hkv, T, D});
     from_doubles(o, kall);
@@ -195,38 +246,7 @@ void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
     Tensor& o = ctx.output(2, dt, {B, Hkv, T, Dv});
     from_doubles(o, vall);
   }
-
-  // Attention mask: broadcast (numpy rules, right-aligned) to [B, Hq, Sq, T]; a last dim
-  // shorter than T is padded with -inf (float) / false (bool).
-  const Tensor* M = ctx.has_input(3) ? &ctx.input(3) : nullptr;
-  std::vector<double> mask;
-  int64_t mask_last = 0;
-  int64_t mstride[4] = {0, 0, 0, 0};
-  bool mask_bool = false;
-  if (M) {
-    mask_bool = M->dtype() == DType::Bool;
-    if (!mask_bool && M->dtype() != dt)
-      ctx.fail(ErrorCode::InvalidArgument, std::string("attn_mask must be bool or ") + dtype_name(dt) + ", got " + dtype_name(M->dtype()));
-    int mr = M->rank();
-    if (mr < 1 || mr > 4) ctx.fail(ErrorCode::InvalidArgument, "attn_mask must have rank 1 to 4, got " + shp(M->shape()));
-    mask_last = M->dim(-1);
-    if (mask_last > T)
-      ctx.fail(ErrorCode::InvalidArgument, "attn_mask last dimension " + std::to_string(mask_last) + " exceeds the total key length " + std::to_string(T));
-    const int64_t target[4] = {B, Hq, Sq, T};
-    std::vector<int64_t> st = shape_strides(M->shape());
-    for (int k = 0; k < mr; ++k) {
-      int td = 4 - mr + k;
-      int64_t md = M->dim(k);
-      if (td == 3) {
-        mstride[3] = 1;
-        continue;
-      }
-      if (md == target[td]) mstride[td] = st[size_t(k)];
-      else if (md == 1) mstride[td] = 0;
-      else ctx.fail(ErrorCode::InvalidArgument, "attn_mask shape " + shp(M->shape()) + " cannot broadcast to [" + std::to_string(B) + "," + std::to_string(Hq) + "," + std::to_string(Sq) + "," + std::to_string(T) + "]");
-    }
-    mask = to_doubles(*M);
-  }
+  const AttnMask mask = attention_mask(ctx, z, dt);
 
   // nonpad_kv_seqlen (opset 24): per-batch count of valid keys.
   std::vector<int64_t> nonpad;
@@ -263,18 +283,7 @@ void attention_compute(KernelContext& ctx, const AttentionAttrs& a) {
           double s = round_to(dt, acc);
           if (a.softcap > 0) s = round_to(dt, round_to(dt, std::tanh(round_to(dt, s / cap))) * cap);
           raw[size_t(j)] = s;
-          // Bias.
-          double bias = 0;
-          if (M) {
-            double mv;
-            if (j < mask_last) {
-              double m = mask[size_t(b * mstride[0] + h * mstride[1] + i * mstride[2] + j)];
-              mv = mask_bool ? (m != 0 ? 0.0 : -kInf) : m;
-            } else {
-              mv = -kInf;
-            }
-            bias = mv;
-          }
+          double bias = mask.bias(b, h, i, j);
           if (a.causal) {
             int64_t offset = P;
             if (!PK && !nonpad.empty()) offset = nonpad[size_t(b)] - Sq;
@@ -347,7 +356,7 @@ KernelFactory attention_factory() {
     if (n.has_attr("softmax_precision")) {
       int64_t sp = n.attr_int("softmax_precision");
       DType t = sp >= 0 && dtype_attr_known(sp) ? DType(int32_t(sp)) : DType::Undefined;
-      if (!is_float_type(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type (1, 10, 11 or 16), got " + std::to_string(sp));
+      if (!is_float_like(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type (1, 10, 11 or 16), got " + std::to_string(sp));
       a.softmax_type = t;
     }
     return kernel([a](KernelContext& ctx) { attention_compute(ctx, a); });
@@ -362,7 +371,7 @@ void rotary_compute(KernelContext& ctx, bool interleaved, int64_t num_heads, int
   const Tensor& C = ctx.input(1);
   const Tensor& S = ctx.input(2);
   const DType dt = X.dtype();
-  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (!is_float_like(dt)) unsupported_dtype(ctx, 0, dt);
   if (C.dtype() != dt) unsupported_dtype(ctx, 1, C.dtype());
   if (S.dtype() != dt) unsupported_dtype(ctx, 2, S.dtype());
   if (C.shape() != S.shape()) ctx.fail(ErrorCode::InvalidArgument, "cos_cache " + shp(C.shape()) + " and sin_cache " + shp(S.shape()) + " must have the same shape");
@@ -470,7 +479,7 @@ void swiglu_compute(KernelContext& ctx, double alpha) {
   const Tensor& A = ctx.input(0);
   const Tensor& Bt = ctx.input(1);
   const DType dt = A.dtype();
-  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (!is_float_like(dt)) unsupported_dtype(ctx, 0, dt);
   if (Bt.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "inputs a and b must have the same type");
   Shape out = broadcast_shapes(ctx, A.shape(), Bt.shape());
   std::vector<int64_t> st[2] = {broadcast_strides(A.shape(), out), broadcast_strides(Bt.shape(), out)};
@@ -502,7 +511,7 @@ void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a)
   const Tensor& K = ctx.input(1);
   const Tensor& V = ctx.input(2);
   const DType dt = Q.dtype();
-  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (!is_float_like(dt)) unsupported_dtype(ctx, 0, dt);
   if (K.dtype() != dt || V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "query, key and value must have the same type");
   if (Q.rank() != 3 || K.rank() != 3 || V.rank() != 3)
     ctx.fail(ErrorCode::InvalidArgument, "query, key and value must be 3-D [batch, seq, heads*dim]; got " + shp(Q.shape()) + ", " + shp(K.shape()) + ", " + shp(V.shape()));
@@ -530,7 +539,7 @@ void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a)
   DType state_type = dt;
   if (ctx.has_input(3)) {
     const Tensor& S = ctx.input(3);
-    if (!is_float_type(S.dtype())) unsupported_dtype(ctx, 3, S.dtype());
+    if (!is_float_like(S.dtype())) unsupported_dtype(ctx, 3, S.dtype());
     if (S.shape() != Shape{B, Hkv, dk, dv})
       ctx.fail(ErrorCode::InvalidArgument, "past_state shape " + shp(S.shape()) + " must be [" + std::to_string(B) + "," + std::to_string(Hkv) + "," + std::to_string(dk) + "," + std::to_string(dv) + "]");
     state = to_doubles(S);
@@ -540,7 +549,7 @@ void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a)
   int64_t decay_w = 0, beta_w = 0;
   if (has_decay) {
     const Tensor& G = ctx.input(4);
-    if (!is_float_type(G.dtype())) unsupported_dtype(ctx, 4, G.dtype());
+    if (!is_float_like(G.dtype())) unsupported_dtype(ctx, 4, G.dtype());
     if (G.rank() != 3 || G.dim(0) != B || G.dim(1) != T || (G.dim(2) != Hkv && G.dim(2) != Hkv * dk))
       ctx.fail(ErrorCode::InvalidArgument, "decay shape " + shp(G.shape()) + " must be [batch, seq, kv_heads] or [batch, seq, kv_heads*head_size]");
     decay_w = G.dim(2) == Hkv * dk ? dk : 1;
@@ -548,7 +557,7 @@ void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a)
   }
   if (has_beta) {
     const Tensor& Bb = ctx.input(5);
-    if (!is_float_type(Bb.dtype())) unsupported_dtype(ctx, 5, Bb.dtype());
+    if (!is_float_like(Bb.dtype())) unsupported_dtype(ctx, 5, Bb.dtype());
     if (Bb.rank() != 3 || Bb.dim(0) != B || Bb.dim(1) != T || (Bb.dim(2) != Hkv && Bb.dim(2) != 1))
       ctx.fail(ErrorCode::InvalidArgument, "beta shape " + shp(Bb.shape()) + " must be [batch, seq, kv_heads] or [batch, seq, 1]");
     beta_w = Bb.dim(2);
@@ -556,7 +565,7 @@ void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a)
   }
   if (has_erase) {
     const Tensor& E = ctx.input(6);
-    if (!is_float_type(E.dtype())) unsupported_dtype(ctx, 6, E.dtype());
+    if (!is_float_like(E.dtype())) unsupported_dtype(ctx, 6, E.dtype());
     if (E.rank() != 3 || E.dim(0) != B || E.dim(1) != T || E.dim(2) != Hkv * dk)
       ctx.fail(ErrorCode::InvalidArgument, "erase_gate shape " + shp(E.shape()) + " must be [batch, seq, kv_heads*head_size]");
     erase = to_doubles(E);
@@ -640,7 +649,7 @@ void flex_attention_compute(KernelContext& ctx, const FlexAttrs& a) {
   const Tensor& K = ctx.input(1);
   const Tensor& V = ctx.input(2);
   const DType dt = Q.dtype();
-  if (!is_float_type(dt)) unsupported_dtype(ctx, 0, dt);
+  if (!is_float_like(dt)) unsupported_dtype(ctx, 0, dt);
   if (K.dtype() != dt || V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must have the same type");
   if (Q.rank() != 4 || K.rank() != 4 || V.rank() != 4)
     ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must be 4-D; got " + shp(Q.shape()) + ", " + shp(K.shape()) + ", " + shp(V.shape()));
@@ -859,7 +868,7 @@ class FusedAttentionKernel final : public OpKernel {
 // the vectorized row kernels (float32; other float types go through float32).
 void fused_gelu_compute(KernelContext& ctx, bool use_tanh) {
   const Tensor& x = ctx.input(0);
-  if (!is_float_type(x.dtype())) unsupported_dtype(ctx, 0, x.dtype());
+  if (!is_float_like(x.dtype())) unsupported_dtype(ctx, 0, x.dtype());
   const Tensor xf = x.dtype() == DType::Float ? x : to_float32(x);
   Tensor yf = x.dtype() == DType::Float ? ctx.output_uninit(0, DType::Float, x.shape()) : Tensor::uninit(DType::Float, x.shape());
   kernels::unary_f32(ctx.pool(), use_tanh ? kernels::UnaryOp::GeluTanh : kernels::UnaryOp::Gelu, {}, xf.data<float>(),
@@ -947,7 +956,7 @@ void register_attention_ops(OpRegistry& r) {
     if (n.has_attr("softmax_precision")) {
       int64_t sp = n.attr_int("softmax_precision");
       DType t = sp >= 0 && dtype_attr_known(sp) ? DType(int32_t(sp)) : DType::Undefined;
-      if (!is_float_type(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type, got " + std::to_string(sp));
+      if (!is_float_like(t)) n.fail(ErrorCode::InvalidModel, "softmax_precision must be a float type, got " + std::to_string(sp));
       a.softmax_type = t;
     }
     for (const auto& at : n.attrs)

@@ -135,12 +135,8 @@ void from_dvec(Tensor& t, const std::vector<double>& v) {
     T* a = t.data<T>();
     for (size_t i = 0; i < v.size(); ++i) {
       if constexpr (std::is_integral_v<T>) {
-        double d = v[i];
-        if (std::isnan(d)) d = 0;
-        // Clamped first: converting an out-of-range double to an integer is undefined.
-        if (d <= double(std::numeric_limits<T>::lowest())) a[i] = std::numeric_limits<T>::lowest();
-        else if (d >= double(std::numeric_limits<T>::max())) a[i] = std::numeric_limits<T>::max();
-        else a[i] = T(d);
+        if constexpr (std::is_same_v<T, bool>) a[i] = !std::isnan(v[i]) && v[i] != 0;
+        else a[i] = saturate_cast<T>(v[i]);  // NaN -> 0, out of range clamped (a plain cast would be UB)
       } else {
         a[i] = T(v[i]);
       }
@@ -201,6 +197,29 @@ std::vector<double> per_channel_param(const KernelContext& ctx, int input, int64
     ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " must have " + std::to_string(C) +
                                              " elements (one per channel), got shape " + shape_str(t.shape()));
   return to_dvec(ctx, input, t);
+}
+
+// Round a value to the precision of a float element type.
+double round_to(DType t, double x) {
+  switch (t) {
+    case DType::Float: return double(float(x));
+    case DType::Float16: return double(float(float16(float(x))));
+    case DType::BFloat16: return double(float(bfloat16(float(x))));
+    default: return x;
+  }
+}
+
+// The wider of two float types (for mixed-precision products).
+DType wider_float(DType a, DType b) {
+  auto rank = [](DType t) {
+    switch (t) {
+      case DType::Double: return 3;
+      case DType::Float: return 2;
+      default: return 1;
+    }
+  };
+  if (rank(a) != rank(b)) return rank(a) > rank(b) ? a : b;
+  return a == b ? a : DType::Float;  // float16 vs bfloat16 promotes to float
 }
 
 }  // namespace basalt

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -139,6 +140,15 @@ inline void bn_fold(const std::vector<double>& sc, const std::vector<double>& bi
   }
 }
 
+// double -> integer without UB for out-of-range values (saturates; NaN -> 0).
+template <class T>
+T saturate_cast(double v) {
+  if (std::isnan(v)) return T(0);
+  if (v <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  if (v >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return T(v);
+}
+
 // Element access for the reference kernels that compute in double (signal, random, ml ops).
 std::vector<double> read_doubles(const KernelContext& ctx, int input, const Tensor& t);  // float-like t
 template <class T>
@@ -175,5 +185,10 @@ std::vector<int64_t> enumerate_offsets(const std::vector<int64_t>& dims, const s
 
 // Input `input` as C doubles (one per channel); InvalidArgument naming `what` otherwise.
 std::vector<double> per_channel_param(const KernelContext& ctx, int input, int64_t C, const char* what);
+
+// x rounded to the precision of float type t (float, float16, bfloat16; double and others as is).
+double round_to(DType t, double x);
+// The wider of two float types (for mixed-precision products); float16 vs bfloat16 gives float.
+DType wider_float(DType a, DType b);
 
 }  // namespace basalt

@@ -103,6 +103,11 @@ bool broadcast2(const Shape& a, const Shape& b, Shape& r);  // multidirectional;
 void set(ShapeOutputs& out, size_t i, DType dt, Shape s);
 bool has(const ShapeInputs& in, size_t i);        // input i present with a known shape
 bool has_value(const ShapeInputs& in, size_t i);  // ... and known contents
+bool ints(const ShapeInputs& in, size_t i, std::vector<int64_t>& r);  // input i's known contents as int64
+bool checked_numel(const Shape& s, int64_t& r);   // product of numeric dims; false on a symbol or overflow
+int64_t norm_axis(int64_t a, int64_t rank);       // a negative axis counted from the end (not range-checked)
+// MatMul's output shape (numpy broadcasting of the batch dims), optionally transposing a or b.
+bool matmul_shapes(Shape a, Shape b, bool ta, bool tb, Shape& r);
 // Spatial output dims of a sliding window (Conv, pools) into r[2..]; x is [N, C, spatial...].
 bool window_dims(const Node& n, const ShapeInputs& in, const Shape& x, const std::vector<int64_t>& kernel,
                  bool ceil_mode, Shape& r);

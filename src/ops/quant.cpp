@@ -174,16 +174,6 @@ double float_at(const Tensor& t, int64_t i) {
   }
 }
 
-// Round a value to the precision of float type dt (float/double/f16/bf16).
-double round_to(DType dt, double v) {
-  switch (dt) {
-    case DType::Float: return double(float(v));
-    case DType::Float16: return double(float(float16(float(v))));
-    case DType::BFloat16: return double(float(bfloat16(float(v))));
-    default: return v;
-  }
-}
-
 // x / s computed in the precision of dt.
 double div_in(DType dt, double x, double s) {
   switch (dt) {

@@ -58,84 +58,104 @@ bool two_d(const Node& n, const char* attr, size_t want) {
 
 }  // namespace
 
-void layout_nchwc(PassContext& ctx) {
-  const char* kPattern = "NCHWc layout";
-  if (env_disabled() || kernels::best_isa() < kernels::Isa::Avx2) return;
-  Graph& g = ctx.graph;
-  GraphIndex idx(g);
-  const StaticShapes st = infer_static_shapes(g);
-  const size_t nv = g.values.size();
-  // channels[v] > 0: value v will be blocked (its logical channel count)
-  std::vector<int64_t> channels(nv, 0);
-  std::vector<int> kind(g.nodes.size(), 0);  // 0 = unchanged, 1 = converted
-  std::vector<bool> plain_input(g.nodes.size(), false);
-  std::vector<char> is_conv(g.nodes.size(), 0);
-  std::vector<bool> forbidden(g.nodes.size(), false);
-  auto blocked = [&](int v) { return v >= 0 && size_t(v) < nv && channels[size_t(v)] > 0; };
+namespace {
 
- for (bool stable = false, first_round = true; !stable; first_round = false) {
-  // (a candidate's reasons are reported in the first round only)
-  auto reject = [&](const Node& n, const std::string& why) {
+// The layout pass's state over one graph: which nodes convert (kind), the logical channel count
+// of every value that will be blocked (channels), and the nodes that must stay NCHW because their
+// chain of blocked ops is not worth its reorders (forbidden).
+struct NchwcLayout {
+  static constexpr const char* kPattern = "NCHWc layout";
+  PassContext& ctx;
+  Graph& g;
+  GraphIndex idx;
+  const StaticShapes st;
+  const size_t nv;
+  std::vector<int64_t> channels;  // channels[v] > 0: value v will be blocked (its logical channel count)
+  std::vector<int> kind;          // 0 = unchanged, 1 = converted
+  std::vector<bool> plain_input, forbidden;
+  std::vector<char> is_conv;
+  bool first_round = true;        // a candidate's reasons are reported in the first round only
+
+  explicit NchwcLayout(PassContext& c)
+      : ctx(c), g(c.graph), idx(c.graph), st(infer_static_shapes(c.graph)), nv(c.graph.values.size()), channels(nv, 0),
+        kind(g.nodes.size(), 0), plain_input(g.nodes.size(), false), forbidden(g.nodes.size(), false),
+        is_conv(g.nodes.size(), 0) {}
+
+  bool blocked(int v) const { return v >= 0 && size_t(v) < nv && channels[size_t(v)] > 0; }
+  void reject(const Node& n, const std::string& why) {
     if (first_round) ctx.reject(kPattern, n, why);
-  };
-  std::fill(channels.begin(), channels.end(), 0);
-  std::fill(kind.begin(), kind.end(), 0);
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const Node& n = g.nodes[i];
-    if (forbidden[i]) continue;
-    if (n.outputs.empty() || n.outputs[0] < 0) continue;
+  }
+
+  // Marks every node that can run blocked, given which of its inputs are (node order).
+  void mark_candidates() {
+    std::fill(channels.begin(), channels.end(), 0);
+    std::fill(kind.begin(), kind.end(), 0);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const Node& n = g.nodes[i];
+      if (forbidden[i] || n.outputs.empty() || n.outputs[0] < 0) continue;
+      if (std_op(n, "Conv") || (n.domain == "basalt" && n.op_type == "FusedConv")) conv_candidate(i, n);
+      else other_candidate(i, n);
+    }
+  }
+
+  void conv_candidate(size_t i, const Node& n) {
+    const int out = n.outputs[0];
+    std::string why;
+    const Tensor* w = n.inputs.size() > 1 ? constant_of(g, n.inputs[1]) : nullptr;
+    if (!w || w->dtype() != DType::Float || w->rank() != 4 || !w->raw()) {
+      reject(n, "W is not a constant float32 4-D tensor");
+      return;
+    }
+    if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
+      const Tensor* b = constant_of(g, n.inputs[2]);
+      if (!b || b->dtype() != DType::Float || b->numel() != w->dim(0) || !b->raw()) {
+        reject(n, "B is not a constant float32 vector");
+        return;
+      }
+    }
+    if (!explicit_pads(n, why) || !two_d(n, "strides", 2) || !two_d(n, "dilations", 2) || !two_d(n, "pads", 4)) {
+      reject(n, why.empty() ? "not a 2-D window" : why);
+      return;
+    }
+    if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != std::vector<int64_t>{w->dim(2), w->dim(3)}) {
+      reject(n, "kernel_shape does not match W");  // the Conv kernel reports it
+      return;
+    }
+    kernels::Conv2dShape s;
+    s.G = n.attr_int("group", 1);
+    s.M = w->dim(0);
+    s.C = w->dim(1) * s.G;
+    s.KH = w->dim(2);
+    s.KW = w->dim(3);
+    auto st2 = n.attr_ints("strides", {1, 1}), di = n.attr_ints("dilations", {1, 1});
+    s.sh = st2[0], s.sw = st2[1], s.dh = di[0], s.dw = di[1];
+    const bool input_blocked = blocked(n.inputs[0]);
+    const bool plain = !input_blocked && s.C <= 8 && s.G == 1;
+    if (!kernels::nchwc::conv_supported(s, plain)) {
+      reject(n, "grouped conv that is not depthwise");
+      return;
+    }
+    if (input_blocked && channels[size_t(n.inputs[0])] != s.C) return;  // malformed: leave to the kernel
+    Shape xs;
+    const int64_t pixels = st.get(n.inputs[0], xs) && xs.size() == 4 ? xs[2] * xs[3] : -1;
+    if (ctx.opts.winograd && kernels::nchwc::nchw_winograd(s, plain, pixels)) {
+      reject(n, "3x3 conv left to Winograd in NCHW (too few channels for blocked Winograd)");
+      return;
+    }
+    kind[i] = 1;
+    plain_input[i] = plain;
+    is_conv[i] = 1;
+    channels[size_t(out)] = s.M;
+  }
+
+  // Pools, Concat along C, Add of two blocked tensors, inference BatchNormalization, Relu.
+  void other_candidate(size_t i, const Node& n) {
     const int out = n.outputs[0];
     const bool in0_blocked = !n.inputs.empty() && blocked(n.inputs[0]);  // (a fuzzed node may have no input)
     std::string why;
-    if (std_op(n, "Conv") || (n.domain == "basalt" && n.op_type == "FusedConv")) {
-      const Tensor* w = n.inputs.size() > 1 ? constant_of(g, n.inputs[1]) : nullptr;
-      if (!w || w->dtype() != DType::Float || w->rank() != 4 || !w->raw()) {
-        reject(n, "W is not a constant float32 4-D tensor");
-        continue;
-      }
-      if (n.inputs.size() > 2 && n.inputs[2] >= 0) {
-        const Tensor* b = constant_of(g, n.inputs[2]);
-        if (!b || b->dtype() != DType::Float || b->numel() != w->dim(0) || !b->raw()) {
-          reject(n, "B is not a constant float32 vector");
-          continue;
-        }
-      }
-      if (!explicit_pads(n, why) || !two_d(n, "strides", 2) || !two_d(n, "dilations", 2) || !two_d(n, "pads", 4)) {
-        reject(n, why.empty() ? "not a 2-D window" : why);
-        continue;
-      }
-      if (n.has_attr("kernel_shape") && n.attr_ints("kernel_shape") != std::vector<int64_t>{w->dim(2), w->dim(3)}) {
-        reject(n, "kernel_shape does not match W");  // the Conv kernel reports it
-        continue;
-      }
-      kernels::Conv2dShape s;
-      s.G = n.attr_int("group", 1);
-      s.M = w->dim(0);
-      s.C = w->dim(1) * s.G;
-      s.KH = w->dim(2);
-      s.KW = w->dim(3);
-      auto st2 = n.attr_ints("strides", {1, 1}), di = n.attr_ints("dilations", {1, 1});
-      s.sh = st2[0], s.sw = st2[1], s.dh = di[0], s.dw = di[1];
-      const bool input_blocked = blocked(n.inputs[0]);
-      const bool plain = !input_blocked && s.C <= 8 && s.G == 1;
-      if (!kernels::nchwc::conv_supported(s, plain)) {
-        reject(n, "grouped conv that is not depthwise");
-        continue;
-      }
-      if (input_blocked && channels[size_t(n.inputs[0])] != s.C) continue;  // malformed: leave to the kernel
-      Shape xs;
-      const int64_t pixels = st.get(n.inputs[0], xs) && xs.size() == 4 ? xs[2] * xs[3] : -1;
-      if (ctx.opts.winograd && kernels::nchwc::nchw_winograd(s, plain, pixels)) {
-        reject(n, "3x3 conv left to Winograd in NCHW (too few channels for blocked Winograd)");
-        continue;
-      }
-      kind[i] = 1;
-      plain_input[i] = plain;
-      is_conv[i] = 1;
-      channels[size_t(out)] = s.M;
-    } else if ((std_op(n, "MaxPool") || std_op(n, "AveragePool")) && in0_blocked) {
-      if (n.outputs.size() > 1 && n.outputs[1] >= 0) continue;  // indices
-      if (n.attr_int("storage_order", 0) != 0 || !explicit_pads(n, why) || n.attr_ints("kernel_shape", {}).size() != 2) continue;
+    if ((std_op(n, "MaxPool") || std_op(n, "AveragePool")) && in0_blocked) {
+      if (n.outputs.size() > 1 && n.outputs[1] >= 0) return;  // indices
+      if (n.attr_int("storage_order", 0) != 0 || !explicit_pads(n, why) || n.attr_ints("kernel_shape", {}).size() != 2) return;
       kind[i] = 1;
       channels[size_t(out)] = channels[size_t(n.inputs[0])];
     } else if ((std_op(n, "GlobalAveragePool") || std_op(n, "GlobalMaxPool")) && in0_blocked) {
@@ -148,12 +168,12 @@ void layout_nchwc(PassContext& ctx) {
         ok = blocked(v) && channels[size_t(v)] % kernels::nchwc::kBlock == 0;
         if (ok) total += channels[size_t(v)];
       }
-      if (!ok) continue;
+      if (!ok) return;
       kind[i] = 1;
       channels[size_t(out)] = total;
     } else if (std_op(n, "Add") && n.inputs.size() == 2 && blocked(n.inputs[0]) && blocked(n.inputs[1])) {
       Shape a, b;
-      if (!st.get_symbolic(n.inputs[0], a) || !st.get_symbolic(n.inputs[1], b) || a != b) continue;
+      if (!st.get_symbolic(n.inputs[0], a) || !st.get_symbolic(n.inputs[1], b) || a != b) return;
       kind[i] = 1;
       channels[size_t(out)] = channels[size_t(n.inputs[0])];
     } else if ((std_op(n, "BatchNormalization") || (n.domain == "basalt" && n.op_type == "FusedBatchNormalization")) &&
@@ -171,7 +191,7 @@ void layout_nchwc(PassContext& ctx) {
       if (n.domain == "basalt")
         ok = ok && kernels::parse_activation(n.attr_string("activation", ""), n.attr_floats("activation_params", {}), act, &err) &&
              kernels::apply_activation(act, 0.f) == 0.f;
-      if (!ok) continue;
+      if (!ok) return;
       kind[i] = 1;
       channels[size_t(out)] = channels[size_t(n.inputs[0])];
     } else if (std_op(n, "Relu") && in0_blocked) {
@@ -180,18 +200,21 @@ void layout_nchwc(PassContext& ctx) {
     }
   }
 
-  // Chains (nodes joined by blocked values) that are worth it: at least two convs and at most one
-  // reorder (in or out) per two convs, or a stem alone (below). Measured on the benchmark models
-  // (README): a single conv between grouped ones (ShuffleNet) runs slower blocked (as DenseNet's
-  // two-conv chains did while its batch norms ran NCHW); longer chains run faster (ResNet-50 1t
-  // 76 -> 73 ms, 2t 46 -> 40 ms; MobileNetV2, SqueezeNet, Inception v1).
-  std::vector<int> root(g.nodes.size());
-  for (size_t i = 0; i < root.size(); ++i) root[i] = int(i);
-  std::function<int(int)> find = [&](int i) { return root[size_t(i)] == i ? i : root[size_t(i)] = find(root[size_t(i)]); };
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (!kind[i]) continue;
-    for (int v : g.nodes[i].inputs)
-      if (blocked(v)) root[size_t(find(int(i)))] = find(g.values[size_t(v)].producer);
+  // Keeps the chains worth converting; forbids the nodes of the others. Returns whether nothing
+  // changed (the candidates are stable).
+  bool prune_chains() {
+    // Chains (nodes joined by blocked values) that are worth it: at least two convs and at most one
+    // reorder (in or out) per two convs, or a stem alone (below). Measured on the benchmark models
+    // (README): a single conv between grouped ones (ShuffleNet) runs slower blocked (as DenseNet's
+    // two-conv chains did while its batch norms ran NCHW); longer chains run faster (ResNet-50 1t
+    // 76 -> 73 ms, 2t 46 -> 40 ms; MobileNetV2, SqueezeNet, Inception v1).
+    std::vector<int> root(g.nodes.size());
+    for (size_t i = 0; i < root.size(); ++i) root[i] = int(i);
+    std::function<int(int)> find = [&](int i) { return root[size_t(i)] == i ? i : root[size_t(i)] = find(root[size_t(i)]); };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (!kind[i]) continue;
+      for (int v : g.nodes[i].inputs)
+        if (blocked(v)) root[size_t(find(int(i)))] = find(g.values[size_t(v)].producer);
   }
   std::vector<int> convs(g.nodes.size(), 0), reorders(g.nodes.size(), 0), stem(g.nodes.size(), 0);
   std::vector<int> to_seen(nv, -1);  // component that already counted a reorder of this plain value
@@ -216,7 +239,7 @@ void layout_nchwc(PassContext& ctx) {
         reorders[size_t(r)] += plain_reader;
       }
     }
-  stable = true;
+  bool stable = true;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (!kind[i]) continue;
     const int r = find(int(i));
@@ -231,108 +254,122 @@ void layout_nchwc(PassContext& ctx) {
     stable = false;
     if (is_conv[i]) ctx.reject(kPattern, g.nodes[i], "its chain of blocked ops is not worth the reorders");
   }
- }
+  return stable;
+  }
 
-  if (std::find(kind.begin(), kind.end(), 1) == kind.end()) return;
-
-  // Rewrite: converted nodes write new blocked values; reorders at the chain's ends.
-  std::vector<int> bval(nv, -1);       // blocked twin of a blocked value
-  std::map<std::pair<int, int64_t>, int> to_blk;  // ReorderToNchwc output for (plain value, channels)
-  std::vector<Node> nodes;
-  nodes.reserve(g.nodes.size() + 16);
-  int converted = 0;
-  auto new_value = [&](const std::string& hint) {
-    int id = g.add_value(unique_value_name(g, hint));
-    ValueDef& d = g.values[size_t(id)];
-    d.type.kind = TypeInfo::Kind::Tensor;
-    d.type.elem = DType::Float;
-    return id;
-  };
-  // Appends a basalt reorder node `op` (in -> out, with its `channels` attribute).
-  auto add_reorder = [&](const char* op, const std::string& name, int in, int out, int64_t c) {
-    Node r;
-    r.name = unique_value_name(g, name);
-    r.op_type = op;
-    r.domain = "basalt";
-    r.opset = 1;
-    r.inputs = {in};
-    r.outputs = {out};
-    r.attrs.push_back(make_attr_int("channels", c));
-    nodes.push_back(std::move(r));
-  };
-  // A blocked version of plain value v (a reorder node, made once), which must have `c` channels:
-  // the reorder checks it (a blocked tensor no longer says how many of its last block's channels
-  // are real, so a mismatch would otherwise go unnoticed).
-  auto blocked_input = [&](int v, const Node& user, int64_t c) {
-    if (blocked(v)) return bval[size_t(v)];
-    auto it = to_blk.find({v, c});
-    if (it != to_blk.end()) return it->second;
-    const int b = new_value(g.values[size_t(v)].name + "_nchwc");
-    add_reorder("ReorderToNchwc", user.name + "_to_nchwc", v, b, c);
-    to_blk[{v, c}] = b;
-    return b;
-  };
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    Node n = std::move(g.nodes[i]);
-    if (!kind[i]) {
+  // Rewrites the graph: converted nodes write new blocked values; reorders at the chains' ends.
+  void rewrite() {
+    std::vector<int> bval(nv, -1);       // blocked twin of a blocked value
+    std::map<std::pair<int, int64_t>, int> to_blk;  // ReorderToNchwc output for (plain value, channels)
+    std::vector<Node> nodes;
+    nodes.reserve(g.nodes.size() + 16);
+    int converted = 0;
+    auto new_value = [&](const std::string& hint) {
+      int id = g.add_value(unique_value_name(g, hint));
+      ValueDef& d = g.values[size_t(id)];
+      d.type.kind = TypeInfo::Kind::Tensor;
+      d.type.elem = DType::Float;
+      return id;
+    };
+    // Appends a basalt reorder node `op` (in -> out, with its `channels` attribute).
+    auto add_reorder = [&](const char* op, const std::string& name, int in, int out, int64_t c) {
+      Node r;
+      r.name = unique_value_name(g, name);
+      r.op_type = op;
+      r.domain = "basalt";
+      r.opset = 1;
+      r.inputs = {in};
+      r.outputs = {out};
+      r.attrs.push_back(make_attr_int("channels", c));
+      nodes.push_back(std::move(r));
+    };
+    // A blocked version of plain value v (a reorder node, made once), which must have `c` channels:
+    // the reorder checks it (a blocked tensor no longer says how many of its last block's channels
+    // are real, so a mismatch would otherwise go unnoticed).
+    auto blocked_input = [&](int v, const Node& user, int64_t c) {
+      if (blocked(v)) return bval[size_t(v)];
+      auto it = to_blk.find({v, c});
+      if (it != to_blk.end()) return it->second;
+      const int b = new_value(g.values[size_t(v)].name + "_nchwc");
+      add_reorder("ReorderToNchwc", user.name + "_to_nchwc", v, b, c);
+      to_blk[{v, c}] = b;
+      return b;
+    };
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      Node n = std::move(g.nodes[i]);
+      if (!kind[i]) {
+        nodes.push_back(std::move(n));
+        continue;
+      }
+      ++converted;
+      const int out = n.outputs[0];
+      const bool global = n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool";
+      if (n.op_type == "Conv" || n.op_type == "FusedConv") {
+        const Tensor* w = constant_of(g, n.inputs[1]);  // (checked above: a 4-D float constant)
+        const int64_t cin = w->dim(1) * n.attr_int("group", 1), cout = w->dim(0);
+        if (!plain_input[i]) n.inputs[0] = blocked_input(n.inputs[0], n, cin);
+        if (n.inputs.size() > 3 && n.inputs[3] >= 0) n.inputs[3] = blocked_input(n.inputs[3], n, cout);
+        if (plain_input[i]) set_attr(n, make_attr_int("plain_input", 1));
+        if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
+        remove_attr(n, "auto_pad");  // NOTSET or VALID: the pads say it
+        n.op_type = "NchwcConv";
+      } else if (global) {
+        set_attr(n, make_attr_int("channels", channels[size_t(n.inputs[0])]));
+        n.inputs[0] = bval[size_t(n.inputs[0])];
+        n.op_type = n.op_type == "GlobalAveragePool" ? "NchwcGlobalAveragePool" : "NchwcGlobalMaxPool";
+      } else if (n.op_type == "MaxPool" || n.op_type == "AveragePool") {
+        n.inputs[0] = bval[size_t(n.inputs[0])];
+        if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
+        remove_attr(n, "auto_pad");
+        n.op_type = n.op_type == "MaxPool" ? "NchwcMaxPool" : "NchwcAveragePool";
+      } else if (n.op_type == "BatchNormalization" || n.op_type == "FusedBatchNormalization") {
+        n.inputs[0] = bval[size_t(n.inputs[0])];
+        n.outputs.resize(1);
+        for (const char* a : {"momentum", "spatial", "training_mode"}) remove_attr(n, a);
+        n.op_type = "NchwcBatchNormalization";
+      } else {  // Concat, Add, Relu: the same standard op on blocked tensors
+        for (int& v : n.inputs) v = bval[size_t(v)];
+        if (n.op_type == "Concat") set_attr(n, make_attr_int("axis", 1));
+      }
+      if (n.op_type != "Concat" && n.op_type != "Add" && n.op_type != "Relu") {
+        n.domain = "basalt";
+        n.opset = 1;
+      }
+      if (global) {
+        nodes.push_back(std::move(n));
+        continue;
+      }
+      const int b = new_value(g.values[size_t(out)].name + "_nchwc");
+      bval[size_t(out)] = b;
+      n.outputs[0] = b;
+      const std::string name = n.name;
       nodes.push_back(std::move(n));
-      continue;
-    }
-    ++converted;
-    const int out = n.outputs[0];
-    const bool global = n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool";
-    if (n.op_type == "Conv" || n.op_type == "FusedConv") {
-      const Tensor* w = constant_of(g, n.inputs[1]);  // (checked above: a 4-D float constant)
-      const int64_t cin = w->dim(1) * n.attr_int("group", 1), cout = w->dim(0);
-      if (!plain_input[i]) n.inputs[0] = blocked_input(n.inputs[0], n, cin);
-      if (n.inputs.size() > 3 && n.inputs[3] >= 0) n.inputs[3] = blocked_input(n.inputs[3], n, cout);
-      if (plain_input[i]) set_attr(n, make_attr_int("plain_input", 1));
-      if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
-      remove_attr(n, "auto_pad");  // NOTSET or VALID: the pads say it
-      n.op_type = "NchwcConv";
-    } else if (global) {
-      set_attr(n, make_attr_int("channels", channels[size_t(n.inputs[0])]));
-      n.inputs[0] = bval[size_t(n.inputs[0])];
-      n.op_type = n.op_type == "GlobalAveragePool" ? "NchwcGlobalAveragePool" : "NchwcGlobalMaxPool";
-    } else if (n.op_type == "MaxPool" || n.op_type == "AveragePool") {
-      n.inputs[0] = bval[size_t(n.inputs[0])];
-      if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
-      remove_attr(n, "auto_pad");
-      n.op_type = n.op_type == "MaxPool" ? "NchwcMaxPool" : "NchwcAveragePool";
-    } else if (n.op_type == "BatchNormalization" || n.op_type == "FusedBatchNormalization") {
-      n.inputs[0] = bval[size_t(n.inputs[0])];
-      n.outputs.resize(1);
-      for (const char* a : {"momentum", "spatial", "training_mode"}) remove_attr(n, a);
-      n.op_type = "NchwcBatchNormalization";
-    } else {  // Concat, Add, Relu: the same standard op on blocked tensors
-      for (int& v : n.inputs) v = bval[size_t(v)];
-      if (n.op_type == "Concat") set_attr(n, make_attr_int("axis", 1));
-    }
-    if (n.op_type != "Concat" && n.op_type != "Add" && n.op_type != "Relu") {
-      n.domain = "basalt";
-      n.opset = 1;
-    }
-    if (global) {
-      nodes.push_back(std::move(n));
-      continue;
-    }
-    const int b = new_value(g.values[size_t(out)].name + "_nchwc");
-    bval[size_t(out)] = b;
-    n.outputs[0] = b;
-    const std::string name = n.name;
-    nodes.push_back(std::move(n));
-    // Consumers that stay NCHW (or a graph output / a subgraph capture) read a reorder.
-    bool plain_reader = idx.is_graph_output(out) || idx.captured(out);
-    for (int c : idx.consumers(out))
-      if (!kind[size_t(c)]) plain_reader = true;
-    if (plain_reader) {
-      add_reorder("ReorderFromNchwc", name + "_from_nchwc", b, out, channels[size_t(out)]);
-    }
+      // Consumers that stay NCHW (or a graph output / a subgraph capture) read a reorder.
+      bool plain_reader = idx.is_graph_output(out) || idx.captured(out);
+      for (int c : idx.consumers(out))
+        if (!kind[size_t(c)]) plain_reader = true;
+      if (plain_reader) {
+        add_reorder("ReorderFromNchwc", name + "_from_nchwc", b, out, channels[size_t(out)]);
+      }
   }
   g.nodes = std::move(nodes);
   reindex(g);
   for (int k = 0; k < converted; ++k) ctx.applied(kPattern);
   import_basalt_domain(ctx.model);
+  }
+};
+
+}  // namespace
+
+void layout_nchwc(PassContext& ctx) {
+  if (env_disabled() || kernels::best_isa() < kernels::Isa::Avx2) return;
+  NchwcLayout pass(ctx);
+  for (bool stable = false; !stable; pass.first_round = false) {
+    pass.mark_candidates();
+    stable = pass.prune_chains();
+  }
+  if (std::find(pass.kind.begin(), pass.kind.end(), 1) == pass.kind.end()) return;
+  pass.rewrite();
 }
 
 }  // namespace basalt
