@@ -1,7 +1,7 @@
 # basalt — the commands a new user needs.
 #   make build   install missing Debian packages, build Release into build/ (CLI: build/basalt)
 #   make test    build, then run every test suite; ends with "N passed, N failed" (~50 min on 2 cores)
-#   make check   the fast tier (<= ~5 min): build, layer check, unit tests, ONNX conformance (Debian + newest),
+#   make check   the fast tier (<= ~5 min): build, layer and size checks, unit tests, ONNX conformance (Debian + newest),
 #                parity with ONNX Runtime at default shapes. Run it while editing; make test before pushing.
 #   make demo    build, fetch PaddleOCR v4 text detection, run it at two input sizes
 #   make bench   build, then basalt vs ONNX Runtime 1.30 side by side (scripts/bench.sh; slow)
@@ -23,7 +23,7 @@ test: build
 	@bash scripts/run_tests.sh $(BUILD)
 
 # The suites of scripts/run_tests.sh that make the fast tier (docs/testing.md).
-CHECK_SUITES = models-setup layers unit conformance-debian conformance-newest parity
+CHECK_SUITES = models-setup layers sizes unit conformance-debian conformance-newest parity
 check: build
 	@BASALT_SUITES="$(CHECK_SUITES)" PARITY_ARGS=--default-shapes bash scripts/run_tests.sh $(BUILD)
 

@@ -75,6 +75,8 @@ XFAIL="$ROOT/tests/conformance/expected_failures"
 run_suite models-setup bash "$ROOT/scripts/prepare_models.sh" "$ROOT/models"
 # Layer check: every #include in src/ points down the layers of docs/architecture.md (~1 s).
 run_suite layers "$PY" "$ROOT/scripts/check_layers.py" "$ROOT"
+# Size check: no file in src/ over 1,000 lines, no function over 150 (issue 36; ~1 s).
+run_suite sizes "$PY" "$ROOT/scripts/check_sizes.py"
 run_suite unit gtest_suite
 # The same binary restricted to the AVX2 and the portable kernels (BASALT_ISA is read once per
 # process): the kernel tests already loop over every ISA, but the op-level ones (fused ops,

@@ -170,60 +170,87 @@ int64_t winograd_workspace_floats(const GemmArch& g, const Conv2dShape& s, int t
   return slot_count(threads) * slot_floats(g, s, tile);
 }
 
-void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, const WinogradWeights& u,
-                     const float* bias, const float* residual, const Activation& act, float* y, ThreadPool* pool,
-                     float* workspace) {
-  if (!winograd_applicable(s)) BASALT_THROW(Internal, "conv2d_winograd: not a 3x3 stride-1 ungrouped conv");
-  if (u.arch != &g || u.M != s.M || u.C != s.C || (u.tile != 2 && u.tile != 4))
-    BASALT_THROW(Internal, "conv2d_winograd: weights were transformed for another arch or shape");
-  const int MT = u.tile, A = MT + 2, AA = A * A;
-  const int64_t M = s.M, C = s.C, T = winograd_block_tiles(g);
-  const int64_t tiles = s.N * ((s.OH + MT - 1) / MT) * ((s.OW + MT - 1) / MT);
-  int64_t nblocks = (tiles + T - 1) / T;
-  if (tiles == 0) return;  // an empty output
-  int threads = pool ? pool->threads() : 1;
-  if (threads > kMaxSlots) {  // more jobs at once than slots: run inline (the workspace has one slot)
-    pool = nullptr;
-    threads = 1;
+namespace {
+
+// One conv2d_winograd call: the block split of the tiles over the threads, the per-thread
+// workspace slots, and the two forms (NCHW input, or blocked weights/inputs).
+struct WinogradRun {
+  const GemmArch& g;
+  const Conv2dShape& s;
+  const float* x;
+  const WinogradWeights& u;
+  const float* bias;
+  const float* residual;
+  const Activation& act;
+  float* y;
+  ThreadPool* pool;
+  float* workspace;
+  int MT = 0, A = 0, AA = 0;
+  int64_t M = 0, C = 0, T = 0, tiles = 0, nblocks = 0;
+  int threads = 1;
+  int64_t mp = 0, msub = 0, mf = 0, vstride = 0, ostride = 0, slot = 0;
+  int64_t units = 0, bpt = 0;  // runs of 16 tiles; blocks per thread's run (0 = plain blocks of T)
+  decltype(&winograd_input_portable) input = nullptr;
+  decltype(&winograd_output_portable) output = nullptr;
+  SlotSet slots;
+
+  WinogradRun(const GemmArch& g_, const Conv2dShape& s_, const float* x_, const WinogradWeights& u_, const float* bias_,
+              const float* residual_, const Activation& act_, float* y_, ThreadPool* pool_, float* workspace_)
+      : g(g_), s(s_), x(x_), u(u_), bias(bias_), residual(residual_), act(act_), y(y_), pool(pool_), workspace(workspace_) {
+    MT = u.tile, A = MT + 2, AA = A * A;
+    M = s.M, C = s.C, T = winograd_block_tiles(g);
+    tiles = s.N * ((s.OH + MT - 1) / MT) * ((s.OW + MT - 1) / MT);
+    nblocks = (tiles + T - 1) / T;
+    threads = pool ? pool->threads() : 1;
+    if (threads > kMaxSlots) {  // more jobs at once than slots: run inline (the workspace has one slot)
+      pool = nullptr;
+      threads = 1;
+    }
+    mp = (M + g.mr - 1) / g.mr, msub = msub_rows(g, M), mf = u.matrix_floats();
+    vstride = C * T, ostride = msub * T, slot = slot_floats(g, s, MT);
+    input = g.isa == Isa::Avx512 ? winograd_input_avx512 : g.isa == Isa::Avx2 ? winograd_input_avx2 : winograd_input_portable;
+    output = g.isa == Isa::Avx512 ? winograd_output_avx512 : g.isa == Isa::Avx2 ? winograd_output_avx2 : winograd_output_portable;
+    split_blocks();
   }
-  const int64_t mp = (M + g.mr - 1) / g.mr, msub = msub_rows(g, M), mf = u.matrix_floats();
-  const int64_t vstride = C * T, ostride = msub * T, slot = slot_floats(g, s, MT);
-  auto input = g.isa == Isa::Avx512 ? winograd_input_avx512 : g.isa == Isa::Avx2 ? winograd_input_avx2 : winograd_input_portable;
-  auto output =
-      g.isa == Isa::Avx512 ? winograd_output_avx512 : g.isa == Isa::Avx2 ? winograd_output_avx2 : winograd_output_portable;
+
   // Blocks: T tiles each, in order; but on a pool whose threads would get unequal numbers of
   // them (196 tiles = 64 + 64 + 64 + 4 at 2 threads: one thread 128 tiles, the other 68), the
   // tiles are first split evenly over the threads in runs of 16 (the GEMM's column vector), and
   // each thread's run into as few blocks of at most T tiles as hold it: the pool's parts are then
   // one thread's run each (196 tiles: 48 + 48 | 48 + 52).
-  const int64_t units = (tiles + 15) / 16;  // runs of 16 tiles
-  int64_t bpt = 0;  // blocks per thread's run; 0 = plain blocks of T
-  if (threads > 1 && nblocks > threads) {
-    const int64_t even = (units + threads - 1) / threads;
-    int64_t plain_max = 0;  // the most 16-tile units one thread's part of plain blocks holds
-    for (int p = 0; p < threads; ++p) {
-      const int64_t b0 = nblocks * p / threads, b1 = nblocks * (p + 1) / threads;
-      plain_max = std::max(plain_max, (std::min(tiles, b1 * T) - b0 * T + 15) / 16);
-    }
-    if (plain_max > even) {
-      bpt = (even * 16 + T - 1) / T;
-      nblocks = bpt * threads;
+  void split_blocks() {
+    units = (tiles + 15) / 16;
+    bpt = 0;
+    if (threads > 1 && nblocks > threads) {
+      const int64_t even = (units + threads - 1) / threads;
+      int64_t plain_max = 0;  // the most 16-tile units one thread's part of plain blocks holds
+      for (int p = 0; p < threads; ++p) {
+        const int64_t b0 = nblocks * p / threads, b1 = nblocks * (p + 1) / threads;
+        plain_max = std::max(plain_max, (std::min(tiles, b1 * T) - b0 * T + 15) / 16);
+      }
+      if (plain_max > even) {
+        bpt = (even * 16 + T - 1) / T;
+        nblocks = bpt * threads;
+      }
     }
   }
-  auto block = [&](int64_t blk) {
+
+  WinogradBlock block(int64_t blk) const {
     if (bpt == 0) return WinogradBlock{&s, MT, blk * T, std::min(T, tiles - blk * T), g.nr, 0, C, u.blocked};
     const int64_t p = blk / bpt, k = blk % bpt;
     const int64_t u0 = units * p / threads, u1 = units * (p + 1) / threads;
     const int64_t t0 = std::min(tiles, 16 * (u0 + (u1 - u0) * k / bpt));
     const int64_t t1 = std::min(tiles, 16 * (u0 + (u1 - u0) * (k + 1) / bpt));
     return WinogradBlock{&s, MT, t0, t1 - t0, g.nr, 0, C, u.blocked};
-  };
+  }
+
   // Slot sl's areas: V, the products, the transform scratch.
-  auto v_of = [&](int sl) { return align64(workspace + sl * slot); };
-  auto o_of = [&](int sl) { return align64(v_of(sl) + AA * vstride); };
-  auto scratch_of = [&](int sl) { return align64(o_of(sl) + AA * ostride); };
+  float* v_of(int sl) const { return align64(workspace + sl * slot); }
+  float* o_of(int sl) const { return align64(v_of(sl) + AA * vstride); }
+  float* scratch_of(int sl) const { return align64(o_of(sl) + AA * ostride); }
+
   // Products and output transform of output channels [ma, mb) of a block whose V is at v.
-  auto products = [&](const WinogradBlock& b, const float* v, int64_t ma, int64_t mb, int sl) {
+  void products(const WinogradBlock& b, const float* v, int64_t ma, int64_t mb, int sl) const {
     float* o = o_of(sl);
     for (int64_t m0 = ma; m0 < mb; m0 += msub) {
       const int64_t m1 = std::min(mb, m0 + msub);
@@ -235,9 +262,10 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
       }
       output(b, o, ostride, T, m0, m1, bias, residual, act, y, scratch_of(sl));
     }
-  };
-  SlotSet slots;
-  auto with_slot = [&](auto&& fn) {
+  }
+
+  template <class Fn>
+  void with_slot(Fn&& fn) {
     const int sl = slots.acquire();
     try {
       fn(sl);
@@ -246,8 +274,10 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
       throw;
     }
     slots.release(sl);
-  };
-  if (u.blocked) {
+  }
+
+  // The blocked form: V[xi]^T rows of round_up(C, 16) floats, products as [tiles, channels].
+  void run_blocked() {
     // V[ξ]ᵀ rows of round_up(C, 16) floats (whole channel blocks), Out[ξ]ᵀ rows of msb columns.
     const int64_t ldv = round_up(C, 16), vs = ldv * T, msb = msub_cols(g, M), os = msb * T;
     const int64_t unit = std::max<int64_t>(g.nr, 16), mpb = (M + unit - 1) / unit;
@@ -316,46 +346,63 @@ void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, co
         }
       });
     });
-    return;
   }
-  if (threads > 1 && nblocks <= threads) {
-    // Few blocks: block b's V lives in slot b. First every block's input transform, split by
-    // input channels; then its products and output transform, split by output channels (a
-    // job's products and scratch in a slot of its own).
-    const int64_t cparts = std::min(C, (2 * threads + nblocks - 1) / nblocks);
-    parallel_for(pool, nblocks * cparts, 1, [&](int64_t j0, int64_t j1) {
+
+  // The NCHW form.
+  void run_nchw() {
+    if (threads > 1 && nblocks <= threads) {
+      // Few blocks: block b's V lives in slot b. First every block's input transform, split by
+      // input channels; then its products and output transform, split by output channels (a
+      // job's products and scratch in a slot of its own).
+      const int64_t cparts = std::min(C, (2 * threads + nblocks - 1) / nblocks);
+      parallel_for(pool, nblocks * cparts, 1, [&](int64_t j0, int64_t j1) {
+        with_slot([&](int sl) {
+          for (int64_t j = j0; j < j1; ++j) {
+            WinogradBlock b = block(j / cparts);
+            const int64_t part = j % cparts;
+            b.c0 = C * part / cparts;
+            b.c1 = C * (part + 1) / cparts;
+            input(b, x, v_of(int(j / cparts)), vstride, scratch_of(sl));
+          }
+        });
+      });
+      const int64_t mparts = std::min(mp, (2 * threads + nblocks - 1) / nblocks);
+      parallel_for(pool, nblocks * mparts, 1, [&](int64_t j0, int64_t j1) {
+        with_slot([&](int sl) {
+          for (int64_t j = j0; j < j1; ++j) {
+            const int64_t blk = j / mparts, part = j % mparts;
+            const int64_t ma = mp * part / mparts * g.mr, mb = std::min(M, mp * (part + 1) / mparts * g.mr);
+            products(block(blk), v_of(int(blk)), ma, mb, sl);
+          }
+        });
+      });
+      return;
+    }
+    parallel_for(pool, nblocks, 1, [&](int64_t j0, int64_t j1) {
       with_slot([&](int sl) {
         for (int64_t j = j0; j < j1; ++j) {
-          WinogradBlock b = block(j / cparts);
-          const int64_t part = j % cparts;
-          b.c0 = C * part / cparts;
-          b.c1 = C * (part + 1) / cparts;
-          input(b, x, v_of(int(j / cparts)), vstride, scratch_of(sl));
+          const WinogradBlock b = block(j);
+          if (b.nt == 0) continue;  // (a thread's run of fewer tiles than its blocks)
+          input(b, x, v_of(sl), vstride, scratch_of(sl));
+          products(b, v_of(sl), 0, M, sl);
         }
       });
     });
-    const int64_t mparts = std::min(mp, (2 * threads + nblocks - 1) / nblocks);
-    parallel_for(pool, nblocks * mparts, 1, [&](int64_t j0, int64_t j1) {
-      with_slot([&](int sl) {
-        for (int64_t j = j0; j < j1; ++j) {
-          const int64_t blk = j / mparts, part = j % mparts;
-          const int64_t ma = mp * part / mparts * g.mr, mb = std::min(M, mp * (part + 1) / mparts * g.mr);
-          products(block(blk), v_of(int(blk)), ma, mb, sl);
-        }
-      });
-    });
-    return;
   }
-  parallel_for(pool, nblocks, 1, [&](int64_t j0, int64_t j1) {
-    with_slot([&](int sl) {
-      for (int64_t j = j0; j < j1; ++j) {
-        const WinogradBlock b = block(j);
-        if (b.nt == 0) continue;  // (a thread's run of fewer tiles than its blocks)
-        input(b, x, v_of(sl), vstride, scratch_of(sl));
-        products(b, v_of(sl), 0, M, sl);
-      }
-    });
-  });
+};
+
+}  // namespace
+
+void conv2d_winograd(const GemmArch& g, const Conv2dShape& s, const float* x, const WinogradWeights& u,
+                     const float* bias, const float* residual, const Activation& act, float* y, ThreadPool* pool,
+                     float* workspace) {
+  if (!winograd_applicable(s)) BASALT_THROW(Internal, "conv2d_winograd: not a 3x3 stride-1 ungrouped conv");
+  if (u.arch != &g || u.M != s.M || u.C != s.C || (u.tile != 2 && u.tile != 4))
+    BASALT_THROW(Internal, "conv2d_winograd: weights were transformed for another arch or shape");
+  WinogradRun run(g, s, x, u, bias, residual, act, y, pool, workspace);
+  if (run.tiles == 0) return;  // an empty output
+  if (u.blocked) run.run_blocked();
+  else run.run_nchw();
 }
 
 }  // namespace basalt::kernels

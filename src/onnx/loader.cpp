@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <set>
 
@@ -221,21 +222,17 @@ void inline_functions(std::vector<pb::NodeProto>& nodes, BuildCtx& cx, int depth
   if (changed) inline_functions(nodes, cx, depth + 1, counter);
 }
 
-std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, BuildCtx& cx) {
-  if (++cx.depth > pb::kMaxGraphNesting)
-    BASALT_THROW(InvalidModel, "subgraphs nested deeper than " + std::to_string(pb::kMaxGraphNesting) + " levels");
-  auto g = std::make_shared<Graph>();
-  g->name = gp.name;
-  Scope scope{g.get(), parent};
-  std::string gname = gp.name.empty() ? std::string("graph") : "graph '" + gp.name + "'";
+namespace {
 
+// Initializers, dense and sparse (tensors used in place from the mapped file where aligned).
+void add_initializers(Graph& g, const pb::GraphProto& gp, const std::string& gname, BuildCtx& cx) {
   // 1. Initializers.
   for (const auto& t : gp.initializer) {
     if (t.name.empty()) BASALT_THROW(InvalidModel, gname + ": initializer without a name");
-    if (g->find_value(t.name) >= 0) BASALT_THROW(InvalidModel, gname + ": duplicate initializer '" + t.name + "'");
+    if (g.find_value(t.name) >= 0) BASALT_THROW(InvalidModel, gname + ": duplicate initializer '" + t.name + "'");
     Tensor w = tensor_from_proto(t, "initializer '" + t.name + "'", cx.keep, cx.ext, cx.file, /*allow_misaligned=*/true);
-    int id = g->add_value(t.name);
-    auto& v = g->values[size_t(id)];
+    int id = g.add_value(t.name);
+    auto& v = g.values[size_t(id)];
     v.is_initializer = true;
     v.type.kind = TypeInfo::Kind::Tensor;
     v.type.elem = w.dtype();
@@ -244,36 +241,38 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
   for (const auto& s : gp.sparse_initializer) {
     const std::string& nm = s.values.name;
     if (nm.empty()) BASALT_THROW(InvalidModel, gname + ": sparse initializer without a name");
-    if (g->find_value(nm) >= 0) BASALT_THROW(InvalidModel, gname + ": duplicate initializer '" + nm + "'");
+    if (g.find_value(nm) >= 0) BASALT_THROW(InvalidModel, gname + ": duplicate initializer '" + nm + "'");
     Tensor w = tensor_from_sparse_proto(s, "sparse initializer '" + nm + "'", cx.ext);
-    int id = g->add_value(nm);
-    auto& v = g->values[size_t(id)];
+    int id = g.add_value(nm);
+    auto& v = g.values[size_t(id)];
     v.is_initializer = true;
     v.type.kind = TypeInfo::Kind::Tensor;
     v.type.elem = w.dtype();
     v.initializer = std::move(w);
   }
-  // 2. Inputs (an input that is also an initializer is an input with a default).
+}
+
+// Graph inputs (an input that is also an initializer is an input with a default).
+void add_inputs(Graph& g, const pb::GraphProto& gp, const std::string& gname) {
   for (const auto& in : gp.input) {
     if (in.name.empty()) BASALT_THROW(InvalidModel, gname + ": graph input without a name");
-    int id = g->find_value(in.name);
-    if (id >= 0 && !g->values[size_t(id)].is_initializer)
+    int id = g.find_value(in.name);
+    if (id >= 0 && !g.values[size_t(id)].is_initializer)
       BASALT_THROW(InvalidModel, gname + ": duplicate graph input '" + in.name + "'");
-    if (id >= 0 && g->values[size_t(id)].is_graph_input)
+    if (id >= 0 && g.values[size_t(id)].is_graph_input)
       BASALT_THROW(InvalidModel, gname + ": duplicate graph input '" + in.name + "'");
-    if (id < 0) id = g->add_value(in.name);
-    auto& v = g->values[size_t(id)];
+    if (id < 0) id = g.add_value(in.name);
+    auto& v = g.values[size_t(id)];
     v.is_graph_input = true;
     if (in.has_type) v.type = type_from_proto(in.type);
-    g->inputs.push_back(id);
+    g.inputs.push_back(id);
   }
 
-  // 3. Nodes (with model-local functions inlined); register every output first, so that
-  // subgraphs and unsorted graphs can refer to values defined by later nodes.
-  std::vector<pb::NodeProto> pnodes = gp.node;
-  int counter = 0;
-  inline_functions(pnodes, cx, 0, counter);
-  expand_gradient_nodes(pnodes, cx.opsets.count("") ? cx.opsets.at("") : 1);
+}
+
+// Registers every node's outputs before any node is built, so that subgraphs and unsorted graphs
+// can refer to values defined by later nodes. Returns the nodes' names (made up where empty).
+std::vector<std::string> add_node_outputs(Graph& g, const std::vector<pb::NodeProto>& pnodes) {
   std::vector<std::string> node_names(pnodes.size());
   std::set<std::string> used_names;
   for (size_t i = 0; i < pnodes.size(); ++i) {
@@ -282,111 +281,115 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
     node_names[i] = nm;
     for (const auto& o : pn.output) {
       if (o.empty()) continue;
-      int existing = g->find_value(o);
+      int existing = g.find_value(o);
       if (existing >= 0) {
-        const auto& ev = g->values[size_t(existing)];
+        const auto& ev = g.values[size_t(existing)];
         std::string by = ev.is_initializer ? "an initializer" : ev.is_graph_input ? "a graph input" : "another node";
         BASALT_THROW(InvalidModel, "node '" + nm + "' (" + pn.op_type + "): output '" + o + "' is already defined by " + by);
       }
-      int id = g->add_value(o);
-      g->values[size_t(id)].producer = int(i);
+      int id = g.add_value(o);
+      g.values[size_t(id)].producer = int(i);
     }
   }
-  for (const auto& vi : gp.value_info) {
-    int id = g->find_value(vi.name);
-    if (id >= 0 && vi.has_type && g->values[size_t(id)].type.kind == TypeInfo::Kind::Unknown)
-      g->values[size_t(id)].type = type_from_proto(vi.type);
-  }
+  return node_names;
+}
 
-  std::vector<Node> built;
-  built.reserve(pnodes.size());
-  std::vector<int> orig_index;  // built node -> pnodes index
-  for (size_t i = 0; i < pnodes.size(); ++i) {
-    const auto& pn = pnodes[i];
-    Node n;
-    n.name = node_names[i];
-    n.op_type = pn.op_type;
-    n.domain = canonical_domain(pn.domain);
-    if (n.op_type.empty()) BASALT_THROW(InvalidModel, "node '" + n.name + "' has no op_type");
-    int64_t opset = -1;
-    if (pn.fn_opsets) {
-      for (auto& o : *pn.fn_opsets)
-        if (canonical_domain(o.domain) == n.domain) opset = o.version;
-    }
-    if (opset < 0) {
-      auto it = cx.opsets.find(n.domain);
-      if (it == cx.opsets.end())
-        n.fail(ErrorCode::InvalidModel, "uses domain '" + (n.domain.empty() ? std::string("ai.onnx") : n.domain) +
-                                            "', which the model does not import");
-      opset = it->second;
-    }
-    n.opset = int(opset);
-    std::set<std::string> attr_names;
-    const bool is_constant = n.op_type == "Constant" && n.domain.empty();
-    for (const auto& a : pn.attribute) {
-      if (!attr_names.insert(a.name).second) n.fail(ErrorCode::InvalidModel, "duplicate attribute '" + a.name + "'");
-      n.attrs.push_back(convert_attr(a, n.describe(), &scope, cx, is_constant));
-    }
-    for (const auto& in : pn.input) {
-      if (in.empty()) {
-        n.inputs.push_back(-1);
-        continue;
+// Outer-scope values used by node n's subgraphs become its implicit inputs.
+void link_captures(Node& n, Scope& scope) {
+  for (const auto& a : n.attrs) {
+    std::vector<const Graph*> subs;
+    if (a.g) subs.push_back(a.g.get());
+    for (auto& sg : a.graphs) subs.push_back(sg.get());
+    for (const Graph* sg : subs) {
+      std::vector<int> map;
+      for (int c : sg->captures) {
+        const std::string& cname = sg->values[size_t(c)].name;
+        int pid = resolve(&scope, cname);
+        if (pid < 0) n.fail(ErrorCode::Internal, "cannot resolve captured value '" + cname + "'");
+        auto it = std::find(n.implicit_inputs.begin(), n.implicit_inputs.end(), pid);
+        if (it == n.implicit_inputs.end()) {
+          n.implicit_inputs.push_back(pid);
+          it = n.implicit_inputs.end() - 1;
+        }
+        map.push_back(int(it - n.implicit_inputs.begin()));
       }
-      int id = resolve(&scope, in);
-      if (id < 0)
-        n.fail(ErrorCode::InvalidModel, "input '" + in + "' is not a graph input, an initializer, or the output of any node");
-      n.inputs.push_back(id);
+      n.capture_index.emplace_back(sg, std::move(map));
     }
-    for (const auto& o : pn.output) n.outputs.push_back(o.empty() ? -1 : g->find_value(o));
+  }
+}
 
-    if (n.op_type == "Constant" && n.domain.empty()) {
-      if (n.outputs.size() != 1 || n.outputs[0] < 0) n.fail(ErrorCode::InvalidModel, "Constant must have one output");
-      auto& v = g->values[size_t(n.outputs[0])];
-      v.initializer = constant_value(n);
-      v.is_initializer = true;
-      v.producer = -1;
-      v.type.kind = TypeInfo::Kind::Tensor;
-      v.type.elem = v.initializer.dtype();
+// Node pn as a graph node; a Constant becomes its output's initializer instead (nullopt).
+std::optional<Node> build_node(const pb::NodeProto& pn, const std::string& name, Graph& g, Scope& scope, BuildCtx& cx) {
+  Node n;
+  n.name = name;
+  n.op_type = pn.op_type;
+  n.domain = canonical_domain(pn.domain);
+  if (n.op_type.empty()) BASALT_THROW(InvalidModel, "node '" + n.name + "' has no op_type");
+  int64_t opset = -1;
+  if (pn.fn_opsets) {
+    for (auto& o : *pn.fn_opsets)
+      if (canonical_domain(o.domain) == n.domain) opset = o.version;
+  }
+  if (opset < 0) {
+    auto it = cx.opsets.find(n.domain);
+    if (it == cx.opsets.end())
+      n.fail(ErrorCode::InvalidModel, "uses domain '" + (n.domain.empty() ? std::string("ai.onnx") : n.domain) +
+                                          "', which the model does not import");
+    opset = it->second;
+  }
+  n.opset = int(opset);
+  std::set<std::string> attr_names;
+  const bool is_constant = n.op_type == "Constant" && n.domain.empty();
+  for (const auto& a : pn.attribute) {
+    if (!attr_names.insert(a.name).second) n.fail(ErrorCode::InvalidModel, "duplicate attribute '" + a.name + "'");
+    n.attrs.push_back(convert_attr(a, n.describe(), &scope, cx, is_constant));
+  }
+  for (const auto& in : pn.input) {
+    if (in.empty()) {
+      n.inputs.push_back(-1);
       continue;
     }
-    // Outer-scope values used by this node's subgraphs become its implicit inputs.
-    for (const auto& a : n.attrs) {
-      std::vector<const Graph*> subs;
-      if (a.g) subs.push_back(a.g.get());
-      for (auto& sg : a.graphs) subs.push_back(sg.get());
-      for (const Graph* sg : subs) {
-        std::vector<int> map;
-        for (int c : sg->captures) {
-          const std::string& cname = sg->values[size_t(c)].name;
-          int pid = resolve(&scope, cname);
-          if (pid < 0) n.fail(ErrorCode::Internal, "cannot resolve captured value '" + cname + "'");
-          auto it = std::find(n.implicit_inputs.begin(), n.implicit_inputs.end(), pid);
-          if (it == n.implicit_inputs.end()) {
-            n.implicit_inputs.push_back(pid);
-            it = n.implicit_inputs.end() - 1;
-          }
-          map.push_back(int(it - n.implicit_inputs.begin()));
-        }
-        n.capture_index.emplace_back(sg, std::move(map));
-      }
-    }
-    built.push_back(std::move(n));
-    orig_index.push_back(int(i));
+    int id = resolve(&scope, in);
+    if (id < 0)
+      n.fail(ErrorCode::InvalidModel, "input '" + in + "' is not a graph input, an initializer, or the output of any node");
+    n.inputs.push_back(id);
   }
+  for (const auto& o : pn.output) n.outputs.push_back(o.empty() ? -1 : g.find_value(o));
 
+  if (n.op_type == "Constant" && n.domain.empty()) {
+    if (n.outputs.size() != 1 || n.outputs[0] < 0) n.fail(ErrorCode::InvalidModel, "Constant must have one output");
+    auto& v = g.values[size_t(n.outputs[0])];
+    v.initializer = constant_value(n);
+    v.is_initializer = true;
+    v.producer = -1;
+    v.type.kind = TypeInfo::Kind::Tensor;
+    v.type.elem = v.initializer.dtype();
+    return std::nullopt;
+  }
+  link_captures(n, scope);
+  return n;
+}
+
+// Graph outputs, each produced by a node, an input or an initializer.
+void add_outputs(Graph& g, const pb::GraphProto& gp, const std::string& gname, Scope& scope) {
   // 4. Graph outputs.
   std::set<std::string> out_names;
   for (const auto& o : gp.output) {
     if (!out_names.insert(o.name).second) BASALT_THROW(InvalidModel, gname + ": duplicate graph output '" + o.name + "'");
     int id = resolve(&scope, o.name);
     if (id < 0) BASALT_THROW(InvalidModel, gname + ": output '" + o.name + "' is not produced by any node, input or initializer");
-    auto& v = g->values[size_t(id)];
+    auto& v = g.values[size_t(id)];
     if (o.has_type && v.type.kind == TypeInfo::Kind::Unknown) v.type = type_from_proto(o.type);
-    g->outputs.push_back(id);
+    g.outputs.push_back(id);
   }
 
-  // 5. Topological sort (Kahn). Producers are indices into pnodes; map them to built nodes.
-  std::vector<int> pn_to_built(pnodes.size(), -1);
+}
+
+// Topological sort (Kahn) of the built nodes into g.nodes, keeping file order among ready nodes;
+// a cycle is an InvalidModel error naming a node on it. orig_index: built node -> pnodes index.
+void sort_nodes(Graph& g, std::vector<Node>& built, const std::vector<int>& orig_index, size_t n_pnodes) {
+  // Producers are indices into pnodes; map them to built nodes.
+  std::vector<int> pn_to_built(n_pnodes, -1);
   for (size_t b = 0; b < built.size(); ++b) pn_to_built[size_t(orig_index[b])] = int(b);
   size_t nb = built.size();
   std::vector<int> indeg(nb, 0);
@@ -395,8 +398,8 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
     std::set<int> deps;
     auto add_dep = [&](int v) {
       if (v < 0) return;
-      int p = g->values[size_t(v)].producer;
-      if (p >= 0 && !g->values[size_t(v)].is_capture) deps.insert(pn_to_built[size_t(p)]);
+      int p = g.values[size_t(v)].producer;
+      if (p >= 0 && !g.values[size_t(v)].is_capture) deps.insert(pn_to_built[size_t(p)]);
     };
     for (int v : built[b].inputs) add_dep(v);
     for (int v : built[b].implicit_inputs) add_dep(v);
@@ -426,11 +429,46 @@ std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, Buil
       if (indeg[b] > 0) built[b].fail(ErrorCode::InvalidModel, "is part of a cycle in the graph");
   }
   for (size_t k = 0; k < nb; ++k) {
-    g->nodes.push_back(std::move(built[size_t(order[k])]));
-    for (int v : g->nodes.back().outputs)
-      if (v >= 0) g->values[size_t(v)].producer = int(k);
+    g.nodes.push_back(std::move(built[size_t(order[k])]));
+    for (int v : g.nodes.back().outputs)
+      if (v >= 0) g.values[size_t(v)].producer = int(k);
   }
 
+}
+
+}  // namespace
+
+std::shared_ptr<Graph> build_graph(const pb::GraphProto& gp, Scope* parent, BuildCtx& cx) {
+  if (++cx.depth > pb::kMaxGraphNesting)
+    BASALT_THROW(InvalidModel, "subgraphs nested deeper than " + std::to_string(pb::kMaxGraphNesting) + " levels");
+  auto g = std::make_shared<Graph>();
+  g->name = gp.name;
+  Scope scope{g.get(), parent};
+  std::string gname = gp.name.empty() ? std::string("graph") : "graph '" + gp.name + "'";
+  add_initializers(*g, gp, gname, cx);
+  add_inputs(*g, gp, gname);
+  // Nodes, with model-local functions inlined.
+  std::vector<pb::NodeProto> pnodes = gp.node;
+  int counter = 0;
+  inline_functions(pnodes, cx, 0, counter);
+  expand_gradient_nodes(pnodes, cx.opsets.count("") ? cx.opsets.at("") : 1);
+  const std::vector<std::string> node_names = add_node_outputs(*g, pnodes);
+  for (const auto& vi : gp.value_info) {
+    int id = g->find_value(vi.name);
+    if (id >= 0 && vi.has_type && g->values[size_t(id)].type.kind == TypeInfo::Kind::Unknown)
+      g->values[size_t(id)].type = type_from_proto(vi.type);
+  }
+  std::vector<Node> built;
+  built.reserve(pnodes.size());
+  std::vector<int> orig_index;  // built node -> pnodes index
+  for (size_t i = 0; i < pnodes.size(); ++i) {
+    std::optional<Node> n = build_node(pnodes[i], node_names[i], *g, scope, cx);
+    if (!n) continue;
+    built.push_back(std::move(*n));
+    orig_index.push_back(int(i));
+  }
+  add_outputs(*g, gp, gname, scope);
+  sort_nodes(*g, built, orig_index, pnodes.size());
   // Kernels are created after optimization, by create_kernels (runtime/prepare.cpp).
   g->finalize();
   --cx.depth;

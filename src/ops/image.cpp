@@ -541,6 +541,23 @@ struct MaskChan {
   }
 };
 
+// A BMP's palette (bpp <= 8) as RGB triples, 2^bpp entries (those the file lacks black).
+std::vector<uint8_t> bmp_palette(const KernelContext& ctx, const uint8_t* d, size_t n, int bpp, bool core, uint32_t ncolors,
+                                 uint32_t hsize, uint32_t comp) {
+  const char* F = "BMP";
+  size_t entry = core ? 3 : 4;
+  size_t maxc = size_t(1) << bpp;
+  size_t count = core || ncolors == 0 ? maxc : std::min<size_t>(ncolors, maxc);
+  size_t po = 14 + size_t(hsize) + ((comp == 3 || comp == 6) && hsize == 40 ? 12 : 0);
+  if (po > n || count > (n - po) / entry) bad(ctx, F, "truncated palette");
+  std::vector<uint8_t> pal(maxc * 3, 0);
+  for (size_t i = 0; i < count; ++i) {
+    const uint8_t* p = d + po + i * entry;
+    pal[3 * i] = p[2], pal[3 * i + 1] = p[1], pal[3 * i + 2] = p[0];
+  }
+  return pal;
+}
+
 Image decode_bmp(const KernelContext& ctx, const uint8_t* d, size_t n) {
   const char* F = "BMP";
   if (n < 26) bad(ctx, F, "truncated header");
@@ -593,20 +610,7 @@ Image decode_bmp(const KernelContext& ctx, const uint8_t* d, size_t n) {
     }
   }
 
-  // Palette.
-  std::vector<uint8_t> pal;  // RGB triples
-  if (bpp <= 8) {
-    size_t entry = core ? 3 : 4;
-    size_t maxc = size_t(1) << bpp;
-    size_t count = core || ncolors == 0 ? maxc : std::min<size_t>(ncolors, maxc);
-    size_t po = 14 + size_t(hsize) + ((comp == 3 || comp == 6) && hsize == 40 ? 12 : 0);
-    if (po > n || count > (n - po) / entry) bad(ctx, F, "truncated palette");
-    pal.assign(maxc * 3, 0);
-    for (size_t i = 0; i < count; ++i) {
-      const uint8_t* p = d + po + i * entry;
-      pal[3 * i] = p[2], pal[3 * i + 1] = p[1], pal[3 * i + 2] = p[0];
-    }
-  }
+  const std::vector<uint8_t> pal = bpp <= 8 ? bmp_palette(ctx, d, n, bpp, core, ncolors, hsize, comp) : std::vector<uint8_t>{};
 
   if (data_off >= n) bad(ctx, F, "pixel data offset " + std::to_string(data_off) + " is past the end of the file");
   const uint8_t* pd = d + data_off;

@@ -187,74 +187,85 @@ static void register_labelencoder(OpRegistry& r) {
   });
 }
 
+namespace {
+
+// A TreeEnsemble (opset 5) model from its attributes: nodes, leaves, membership sets, checked.
+struct TreeModel {
+  std::vector<int64_t> feat, tid, fid, tleaf, fleaf, mvt, member_set;
+  std::vector<uint8_t> mode;
+  std::vector<double> split;
+  std::vector<std::vector<double>> members;
+  std::vector<int64_t> leaf_target, roots;
+  std::vector<double> leaf_w;
+  int64_t n_targets = 1, agg = 1, post = 0;
+};
+
+std::shared_ptr<const TreeModel> parse_tree_ensemble(const Node& n) {
+  auto t = std::make_shared<TreeModel>();
+  t->feat = n.attr_ints("nodes_featureids");
+  t->tid = n.attr_ints("nodes_truenodeids");
+  t->fid = n.attr_ints("nodes_falsenodeids");
+  t->tleaf = n.attr_ints("nodes_trueleafs");
+  t->fleaf = n.attr_ints("nodes_falseleafs");
+  t->mvt = n.attr_ints("nodes_missing_value_tracks_true", {});
+  t->leaf_target = n.attr_ints("leaf_targetids");
+  t->roots = n.attr_ints("tree_roots");
+  t->n_targets = n.attr_int("n_targets", 1);
+  t->agg = n.attr_int("aggregate_function", 1);
+  t->post = n.attr_int("post_transform", 0);
+  const Tensor& modes = n.attr_tensor("nodes_modes");
+  const Tensor& splits = n.attr_tensor("nodes_splits");
+  const Tensor& lw = n.attr_tensor("leaf_weights");
+  size_t nn = t->feat.size();
+  if (t->tid.size() != nn || t->fid.size() != nn || t->tleaf.size() != nn || t->fleaf.size() != nn ||
+      size_t(modes.numel()) != nn || size_t(splits.numel()) != nn || (!t->mvt.empty() && t->mvt.size() != nn))
+    n.fail(ErrorCode::InvalidModel, "nodes_* attributes must all have the same length");
+  if (size_t(lw.numel()) != t->leaf_target.size()) n.fail(ErrorCode::InvalidModel, "leaf_weights and leaf_targetids must have the same length");
+  if (t->n_targets < 1) n.fail(ErrorCode::InvalidModel, "n_targets must be >= 1");
+  if (t->agg < 0 || t->agg > 3) n.fail(ErrorCode::InvalidModel, "aggregate_function must be in [0, 3]");
+  if (t->post < 0 || t->post > 4) n.fail(ErrorCode::InvalidModel, "post_transform must be in [0, 4], got " + std::to_string(t->post));
+  for (int64_t i = 0; i < lw.numel(); ++i) t->leaf_w.push_back(lw.get_double(i));
+  for (int64_t v : t->leaf_target)
+    if (v < 0 || v >= t->n_targets) n.fail(ErrorCode::InvalidModel, "leaf_targetids entry out of range");
+  std::vector<std::vector<double>> sets;
+  if (n.has_attr("membership_values")) {
+    const Tensor& mv = n.attr_tensor("membership_values");
+    std::vector<double> cur;
+    for (int64_t i = 0; i < mv.numel(); ++i) {
+      double v = mv.get_double(i);
+      if (std::isnan(v)) { sets.push_back(cur); cur.clear(); }
+      else cur.push_back(v);
+    }
+    if (!cur.empty()) sets.push_back(cur);
+  }
+  t->member_set.assign(nn, -1);
+  size_t next_set = 0;
+  for (size_t i = 0; i < nn; ++i) {
+    t->mode.push_back(uint8_t(modes.get_int(int64_t(i))));
+    t->split.push_back(splits.get_double(int64_t(i)));
+    if (t->mode[i] > 6) n.fail(ErrorCode::InvalidModel, "nodes_modes entry out of range");
+    if (t->mode[i] == 6) {
+      if (next_set >= sets.size()) n.fail(ErrorCode::InvalidModel, "membership_values has fewer sets than BRANCH_MEMBER nodes");
+      t->member_set[i] = int64_t(next_set++);
+    }
+    if (t->feat[i] < 0) n.fail(ErrorCode::InvalidModel, "nodes_featureids entry is negative");
+    int64_t lim_t = t->tleaf[i] ? int64_t(t->leaf_w.size()) : int64_t(nn);
+    int64_t lim_f = t->fleaf[i] ? int64_t(t->leaf_w.size()) : int64_t(nn);
+    if (t->tid[i] < 0 || t->tid[i] >= lim_t || t->fid[i] < 0 || t->fid[i] >= lim_f)
+      n.fail(ErrorCode::InvalidModel, "node " + std::to_string(i) + " has a child index out of range");
+  }
+  t->members = std::move(sets);
+  for (int64_t r0 : t->roots)
+    if (r0 < 0 || r0 >= int64_t(nn)) n.fail(ErrorCode::InvalidModel, "tree_roots entry out of range");
+  return t;
+}
+
+}  // namespace
+
 static void register_treeensemble(OpRegistry& r) {
   // ---- ai.onnx.ml: TreeEnsemble (opset 5) ----
   r.add("ai.onnx.ml", "TreeEnsemble", 5, INT_MAX, [](const Node& n) {
-    struct Tree {
-      std::vector<int64_t> feat, tid, fid, tleaf, fleaf, mvt, member_set;
-      std::vector<uint8_t> mode;
-      std::vector<double> split;
-      std::vector<std::vector<double>> members;
-      std::vector<int64_t> leaf_target, roots;
-      std::vector<double> leaf_w;
-      int64_t n_targets = 1, agg = 1, post = 0;
-    };
-    auto t = std::make_shared<Tree>();
-    t->feat = n.attr_ints("nodes_featureids");
-    t->tid = n.attr_ints("nodes_truenodeids");
-    t->fid = n.attr_ints("nodes_falsenodeids");
-    t->tleaf = n.attr_ints("nodes_trueleafs");
-    t->fleaf = n.attr_ints("nodes_falseleafs");
-    t->mvt = n.attr_ints("nodes_missing_value_tracks_true", {});
-    t->leaf_target = n.attr_ints("leaf_targetids");
-    t->roots = n.attr_ints("tree_roots");
-    t->n_targets = n.attr_int("n_targets", 1);
-    t->agg = n.attr_int("aggregate_function", 1);
-    t->post = n.attr_int("post_transform", 0);
-    const Tensor& modes = n.attr_tensor("nodes_modes");
-    const Tensor& splits = n.attr_tensor("nodes_splits");
-    const Tensor& lw = n.attr_tensor("leaf_weights");
-    size_t nn = t->feat.size();
-    if (t->tid.size() != nn || t->fid.size() != nn || t->tleaf.size() != nn || t->fleaf.size() != nn ||
-        size_t(modes.numel()) != nn || size_t(splits.numel()) != nn || (!t->mvt.empty() && t->mvt.size() != nn))
-      n.fail(ErrorCode::InvalidModel, "nodes_* attributes must all have the same length");
-    if (size_t(lw.numel()) != t->leaf_target.size()) n.fail(ErrorCode::InvalidModel, "leaf_weights and leaf_targetids must have the same length");
-    if (t->n_targets < 1) n.fail(ErrorCode::InvalidModel, "n_targets must be >= 1");
-    if (t->agg < 0 || t->agg > 3) n.fail(ErrorCode::InvalidModel, "aggregate_function must be in [0, 3]");
-    if (t->post < 0 || t->post > 4) n.fail(ErrorCode::InvalidModel, "post_transform must be in [0, 4], got " + std::to_string(t->post));
-    for (int64_t i = 0; i < lw.numel(); ++i) t->leaf_w.push_back(lw.get_double(i));
-    for (int64_t v : t->leaf_target)
-      if (v < 0 || v >= t->n_targets) n.fail(ErrorCode::InvalidModel, "leaf_targetids entry out of range");
-    std::vector<std::vector<double>> sets;
-    if (n.has_attr("membership_values")) {
-      const Tensor& mv = n.attr_tensor("membership_values");
-      std::vector<double> cur;
-      for (int64_t i = 0; i < mv.numel(); ++i) {
-        double v = mv.get_double(i);
-        if (std::isnan(v)) { sets.push_back(cur); cur.clear(); }
-        else cur.push_back(v);
-      }
-      if (!cur.empty()) sets.push_back(cur);
-    }
-    t->member_set.assign(nn, -1);
-    size_t next_set = 0;
-    for (size_t i = 0; i < nn; ++i) {
-      t->mode.push_back(uint8_t(modes.get_int(int64_t(i))));
-      t->split.push_back(splits.get_double(int64_t(i)));
-      if (t->mode[i] > 6) n.fail(ErrorCode::InvalidModel, "nodes_modes entry out of range");
-      if (t->mode[i] == 6) {
-        if (next_set >= sets.size()) n.fail(ErrorCode::InvalidModel, "membership_values has fewer sets than BRANCH_MEMBER nodes");
-        t->member_set[i] = int64_t(next_set++);
-      }
-      if (t->feat[i] < 0) n.fail(ErrorCode::InvalidModel, "nodes_featureids entry is negative");
-      int64_t lim_t = t->tleaf[i] ? int64_t(t->leaf_w.size()) : int64_t(nn);
-      int64_t lim_f = t->fleaf[i] ? int64_t(t->leaf_w.size()) : int64_t(nn);
-      if (t->tid[i] < 0 || t->tid[i] >= lim_t || t->fid[i] < 0 || t->fid[i] >= lim_f)
-        n.fail(ErrorCode::InvalidModel, "node " + std::to_string(i) + " has a child index out of range");
-    }
-    t->members = std::move(sets);
-    for (int64_t r0 : t->roots)
-      if (r0 < 0 || r0 >= int64_t(nn)) n.fail(ErrorCode::InvalidModel, "tree_roots entry out of range");
+    auto t = parse_tree_ensemble(n);
     return kernel([t](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       if (x.rank() != 1 && x.rank() != 2) ctx.fail(ErrorCode::InvalidArgument, "input must be [N, F], got " + shape_str(x.shape()));

@@ -131,85 +131,74 @@ bool layernorm_fast(KernelContext& ctx, const Tensor& x, int ax, int64_t outer, 
   return true;
 }
 
-static void register_layer_norm(OpRegistry& r) {
-  // LayerNormalization-17
-  r.add("LayerNormalization", 17, [](const Node& n) {
-    int64_t axis = n.attr_int("axis", -1);
-    float eps = n.attr_float("epsilon", 1e-5f);
-    int64_t stash = n.attr_int("stash_type", 1);
-    return kernel([=](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      require_float(ctx, 0, x.dtype());
-      int rank = x.rank();
-      if (rank == 0) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 1");
-      int ax = normalize_axis(ctx, axis, rank);
-      int64_t outer = 1, inner = 1;
-      for (int d = 0; d < ax; ++d) outer *= x.dim(d);
-      for (int d = ax; d < rank; ++d) inner *= x.dim(d);
-      if (layernorm_fast(ctx, x, ax, outer, inner, eps, stash)) return;
-      std::vector<double> xs = to_dvec(ctx, 0, x);
-      std::vector<double> sc = broadcast_param(ctx, 1, x.shape());
-      std::vector<double> bi;
-      if (ctx.has_input(2)) bi = broadcast_param(ctx, 2, x.shape());
-      Shape stat_shape = x.shape();
-      for (int d = ax; d < rank; ++d) stat_shape[size_t(d)] = 1;
-      std::vector<double> ys(xs.size()), means(static_cast<size_t>(outer)), invs(static_cast<size_t>(outer));
-      for (int64_t o = 0; o < outer; ++o) {
-        const double* p = xs.data() + o * inner;
-        double mean = 0;
+// The reference path LayerNormalization and RMSNormalization share (in double): x viewed as
+// [outer, inner] around `axis`; each row is centred on its mean (LayerNorm; RMSNorm does not
+// centre), scaled by 1 / sqrt(mean square + eps), then by the broadcast scale and, for LayerNorm,
+// plus the bias. Writes output 0 and, for LayerNorm, the mean and inverse std (outputs 1, 2).
+struct RowNorm {
+  int64_t axis = -1;
+  float eps = 1e-5f;
+  int64_t stash = 1;
+  bool centre = true;  // LayerNorm: subtract the mean first, optional bias, stats outputs
+
+  void operator()(KernelContext& ctx) const {
+    const Tensor& x = ctx.input(0);
+    require_float(ctx, 0, x.dtype());
+    int rank = x.rank();
+    if (rank == 0) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 1");
+    int ax = normalize_axis(ctx, axis, rank);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < ax; ++d) outer *= x.dim(d);
+    for (int d = ax; d < rank; ++d) inner *= x.dim(d);
+    if (centre && layernorm_fast(ctx, x, ax, outer, inner, eps, stash)) return;
+    std::vector<double> xs = to_dvec(ctx, 0, x);
+    std::vector<double> sc = broadcast_param(ctx, 1, x.shape());
+    std::vector<double> bi;
+    if (centre && ctx.has_input(2)) bi = broadcast_param(ctx, 2, x.shape());
+    std::vector<double> ys(xs.size()), means(static_cast<size_t>(outer)), invs(static_cast<size_t>(outer));
+    for (int64_t o = 0; o < outer; ++o) {
+      const double* p = xs.data() + o * inner;
+      double mean = 0;
+      if (centre) {
         for (int64_t k = 0; k < inner; ++k) mean += p[k];
         mean /= double(inner);
-        double var = 0;
-        for (int64_t k = 0; k < inner; ++k) var += (p[k] - mean) * (p[k] - mean);
-        var /= double(inner);
-        double inv = 1.0 / std::sqrt(var + double(eps));
-        means[size_t(o)] = mean;
-        invs[size_t(o)] = inv;
-        for (int64_t k = 0; k < inner; ++k) {
-          size_t i = size_t(o * inner + k);
-          ys[i] = (p[k] - mean) * inv * sc[i] + (bi.empty() ? 0.0 : bi[i]);
-        }
       }
-      from_dvec(ctx.output(0, x.dtype(), x.shape()), ys);
-      DType sd = stash_dtype(stash, x.dtype());
-      if (ctx.has_output(1)) from_dvec(ctx.output(1, sd, stat_shape), means);
-      if (ctx.has_output(2)) from_dvec(ctx.output(2, sd, stat_shape), invs);
-    });
-  });
+      double var = 0;
+      for (int64_t k = 0; k < inner; ++k) var += (p[k] - mean) * (p[k] - mean);
+      var /= double(inner);
+      double inv = 1.0 / std::sqrt(var + double(eps));
+      means[size_t(o)] = mean;
+      invs[size_t(o)] = inv;
+      for (int64_t k = 0; k < inner; ++k) {
+        size_t i = size_t(o * inner + k);
+        ys[i] = (p[k] - mean) * inv * sc[i] + (bi.empty() ? 0.0 : bi[i]);
+      }
+    }
+    from_dvec(ctx.output(0, x.dtype(), x.shape()), ys);
+    if (!centre) return;
+    Shape stat_shape = x.shape();
+    for (int d = ax; d < rank; ++d) stat_shape[size_t(d)] = 1;
+    DType sd = stash_dtype(stash, x.dtype());
+    if (ctx.has_output(1)) from_dvec(ctx.output(1, sd, stat_shape), means);
+    if (ctx.has_output(2)) from_dvec(ctx.output(2, sd, stat_shape), invs);
+  }
+};
+
+RowNorm row_norm_attrs(const Node& n, bool centre) {
+  RowNorm k;
+  k.axis = n.attr_int("axis", -1);
+  k.eps = n.attr_float("epsilon", 1e-5f);
+  k.stash = n.attr_int("stash_type", 1);
+  k.centre = centre;
+  return k;
+}
+
+static void register_layer_norm(OpRegistry& r) {
+  r.add("LayerNormalization", 17, [](const Node& n) { return kernel(row_norm_attrs(n, true)); });
 }
 
 static void register_rms_norm(OpRegistry& r) {
-  // RMSNormalization-23
-  r.add("RMSNormalization", 23, [](const Node& n) {
-    int64_t axis = n.attr_int("axis", -1);
-    float eps = n.attr_float("epsilon", 1e-5f);
-    (void)n.attr_int("stash_type", 1);
-    return kernel([=](KernelContext& ctx) {
-      const Tensor& x = ctx.input(0);
-      require_float(ctx, 0, x.dtype());
-      int rank = x.rank();
-      if (rank == 0) ctx.fail(ErrorCode::InvalidArgument, "input must have rank >= 1");
-      int ax = normalize_axis(ctx, axis, rank);
-      int64_t outer = 1, inner = 1;
-      for (int d = 0; d < ax; ++d) outer *= x.dim(d);
-      for (int d = ax; d < rank; ++d) inner *= x.dim(d);
-      std::vector<double> xs = to_dvec(ctx, 0, x);
-      std::vector<double> sc = broadcast_param(ctx, 1, x.shape());
-      std::vector<double> ys(xs.size());
-      for (int64_t o = 0; o < outer; ++o) {
-        const double* p = xs.data() + o * inner;
-        double ms = 0;
-        for (int64_t k = 0; k < inner; ++k) ms += p[k] * p[k];
-        ms /= double(inner);
-        double inv = 1.0 / std::sqrt(ms + double(eps));
-        for (int64_t k = 0; k < inner; ++k) {
-          size_t i = size_t(o * inner + k);
-          ys[i] = p[k] * inv * sc[i];
-        }
-      }
-      from_dvec(ctx.output(0, x.dtype(), x.shape()), ys);
-    });
-  });
+  r.add("RMSNormalization", 23, [](const Node& n) { return kernel(row_norm_attrs(n, false)); });
 }
 
 static void register_batch_norm(OpRegistry& r) {

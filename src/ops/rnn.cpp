@@ -149,6 +149,108 @@ void check_shape(const KernelContext& ctx, int i, const Shape& want, const char*
     ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " has shape " + shape_str(t.shape()) + ", expected " + shape_str(want));
 }
 
+// The generic GRU cell (any activations, clip): gate order z, r, h; xw = x W + Wb and hr = h R + Rb
+// per gate row; r is scratch for the reset gate.
+template <class C, class Clip>
+void gru_cell(const RnnConfig& cfg, const Activation* act, const C* xw, const C* hr, const C* Rd, const C* Rb, const C* h,
+              int64_t H, C* r, C* hnew, Clip clipv) {
+  for (int64_t k = 0; k < H; ++k) r[k] = act[0](clipv(xw[H + k] + hr[H + k]));
+  for (int64_t k = 0; k < H; ++k) {
+    C z = act[0](clipv(xw[k] + hr[k]));
+    C pre;
+    if (cfg.linear_before_reset) {
+      pre = xw[2 * H + k] + r[k] * hr[2 * H + k];
+    } else {
+      C acc = Rb[2 * H + k];
+      const C* rr = Rd + (2 * H + k) * H;
+      for (int64_t j = 0; j < H; ++j) acc += rr[j] * (r[j] * h[j]);
+      pre = xw[2 * H + k] + acc;
+    }
+    C hh = act[1](clipv(pre));
+    hnew[k] = (C(1) - z) * hh + z * h[k];
+  }
+}
+
+// The generic LSTM cell (any activations, clip, peepholes P = [Pi, Po, Pf] or null, input_forget):
+// gate order i, o, f, c; updates the cell state c in place.
+template <class C, class Clip>
+void lstm_cell(const RnnConfig& cfg, const Activation* act, const C* xw, const C* hr, const C* P, int64_t H, C* c,
+               C* hnew, Clip clipv) {
+  for (int64_t k = 0; k < H; ++k) {
+    C pi = P ? P[k] : C(0);
+    C po = P ? P[H + k] : C(0);
+    C pf = P ? P[2 * H + k] : C(0);
+    C ig = act[0](clipv(xw[k] + hr[k] + pi * c[k]));
+    C fg = cfg.input_forget ? C(1) - ig : act[0](clipv(xw[2 * H + k] + hr[2 * H + k] + pf * c[k]));
+    C cc = act[1](clipv(xw[3 * H + k] + hr[3 * H + k]));
+    C cn = fg * c[k] + ig * cc;
+    C og = act[0](clipv(xw[H + k] + hr[H + k] + po * cn));
+    c[k] = cn;
+    hnew[k] = og * act[2](cn);
+  }
+}
+
+// Writes Y (internal layout [S][nd][B][H], null when not wanted) and the final states (internal
+// [nd][B][H]) in the op's layout (0: [S, nd, B, H] / [nd, B, H]; 1: [B, S, nd, H] / [B, nd, H]).
+template <class C>
+void store_rnn_outputs(KernelContext& ctx, const RnnConfig& cfg, DType dt, bool bf, int64_t S, int nd, int64_t Bn,
+                       int64_t H, const std::vector<C>* Y, const std::vector<C>& Hs, const std::vector<C>& Cs) {
+  auto store = [&](int oi, const Shape& shape, auto&& value_at) {
+    Tensor& out = ctx.output(oi, dt, shape);
+    visit_float(dt, [&]<class T>() {
+      T* p = out.data<T>();
+      for (int64_t k = 0; k < out.numel(); ++k) p[k] = T(value_at(k));
+    });
+  };
+  if (Y) {
+    Shape ys = bf ? Shape{Bn, S, nd, H} : Shape{S, nd, Bn, H};
+    store(0, ys, [&](int64_t k) {
+      if (!bf) return (*Y)[size_t(k)];
+      int64_t h = k % H, r = k / H;
+      int64_t d = r % nd; r /= nd;
+      int64_t t = r % S, b = r / S;
+      return (*Y)[size_t(((t * nd + d) * Bn + b) * H + h)];
+    });
+  }
+  const Shape state_shape = bf ? Shape{Bn, nd, H} : Shape{nd, Bn, H};
+  auto store_state = [&](int oi, const std::vector<C>& st) {
+    store(oi, state_shape, [&](int64_t k) {
+      if (!bf) return st[size_t(k)];
+      int64_t h = k % H, r = k / H;
+      int64_t d = r % nd, b = r / nd;
+      return st[size_t((d * Bn + b) * H + h)];
+    });
+  };
+  if (ctx.has_output(1)) store_state(1, Hs);
+  if (cfg.kind == RnnKind::Lstm && ctx.has_output(2)) store_state(2, Cs);
+}
+
+// Input 4 (sequence_lens, [B] integers in [0, S]) or S for every batch entry.
+std::vector<int64_t> sequence_lens(const KernelContext& ctx, int64_t Bn, int64_t S) {
+  std::vector<int64_t> lens(size_t(Bn), S);
+  if (!ctx.has_input(4)) return lens;
+  const Tensor& sl = ctx.input(4);
+  if (sl.numel() != Bn || sl.rank() != 1)
+    ctx.fail(ErrorCode::InvalidArgument, "sequence_lens has shape " + shape_str(sl.shape()) + ", expected [" + std::to_string(Bn) + "]");
+  if (!dtype_is_integer(sl.dtype())) unsupported_dtype(ctx, 4, sl.dtype());
+  lens = sl.to_int64_vector();
+  for (int64_t l : lens)
+    if (l < 0 || l > S)
+      ctx.fail(ErrorCode::InvalidArgument, "sequence_lens value " + std::to_string(l) + " is outside [0, " + std::to_string(S) + "]");
+  return lens;
+}
+
+// An LSTM with the default activations, no clip, no peepholes and no input_forget: the
+// vectorized cell applies.
+bool plain_lstm(const RnnConfig& cfg, int nd, bool has_p) {
+  if (cfg.kind != RnnKind::Lstm || cfg.has_clip || cfg.input_forget || has_p) return false;
+  for (int d = 0; d < nd; ++d) {
+    const Activation* a = cfg.acts.data() + size_t(d * cfg.acts_per_dir);
+    if (a[0].kind != ActKind::Sigmoid || a[1].kind != ActKind::Tanh || a[2].kind != ActKind::Tanh) return false;
+  }
+  return true;
+}
+
 template <class C>
 void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
   const Tensor& X = ctx.input(0);
@@ -181,17 +283,7 @@ void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
     check_shape(ctx, 3, {nd, 2 * GH}, "B");
     Bias = load<C>(ctx, 3, dt);
   }
-  std::vector<int64_t> lens(size_t(Bn), S);
-  if (ctx.has_input(4)) {
-    const Tensor& sl = ctx.input(4);
-    if (sl.numel() != Bn || sl.rank() != 1)
-      ctx.fail(ErrorCode::InvalidArgument, "sequence_lens has shape " + shape_str(sl.shape()) + ", expected [" + std::to_string(Bn) + "]");
-    if (!dtype_is_integer(sl.dtype())) unsupported_dtype(ctx, 4, sl.dtype());
-    lens = sl.to_int64_vector();
-    for (int64_t l : lens)
-      if (l < 0 || l > S)
-        ctx.fail(ErrorCode::InvalidArgument, "sequence_lens value " + std::to_string(l) + " is outside [0, " + std::to_string(S) + "]");
-  }
+  const std::vector<int64_t> lens = sequence_lens(ctx, Bn, S);
   // State shapes: layout 0 [nd, B, H], layout 1 [B, nd, H]. Internally [nd][B][H].
   Shape state_shape = bf ? Shape{Bn, nd, H} : Shape{nd, Bn, H};
   auto load_state = [&](int i, const char* what) {
@@ -236,16 +328,7 @@ void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
 
   std::vector<C> xw(static_cast<size_t>(GH)), hr(static_cast<size_t>(GH)), hnew(static_cast<size_t>(H)), rh(static_cast<size_t>(H));
   const kernels::VecOps& vk = kernels::vec_ops();
-  const bool lstm_plain = cfg.kind == RnnKind::Lstm && !cfg.has_clip && !cfg.input_forget && !has_p &&
-                          [&] {
-                            for (int d = 0; d < nd; ++d) {
-                              const Activation* a = cfg.acts.data() + size_t(d * cfg.acts_per_dir);
-                              if (a[0].kind != ActKind::Sigmoid || a[1].kind != ActKind::Tanh ||
-                                  a[2].kind != ActKind::Tanh)
-                                return false;
-                            }
-                            return true;
-                          }();
+  const bool lstm_plain = plain_lstm(cfg, nd, has_p);
   // LSTM with the default activations, no clip, no peepholes, no input_forget, in float: gate
   // pre-activations in one buffer (order i, o, f, c), sigmoid over i/o/f and tanh over c
   // vectorized, then the cell update. Returns false where the generic cell code must run.
@@ -303,37 +386,9 @@ void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
         } else if (cfg.kind == RnnKind::Rnn) {
           for (int64_t k = 0; k < H; ++k) hnew[size_t(k)] = act[0](clipv(xw[size_t(k)] + hr[size_t(k)]));
         } else if (cfg.kind == RnnKind::Gru) {
-          // gate order z, r, h
-          std::vector<C>& r = rh;
-          for (int64_t k = 0; k < H; ++k) r[size_t(k)] = act[0](clipv(xw[size_t(H + k)] + hr[size_t(H + k)]));
-          for (int64_t k = 0; k < H; ++k) {
-            C z = act[0](clipv(xw[size_t(k)] + hr[size_t(k)]));
-            C pre;
-            if (cfg.linear_before_reset) {
-              pre = xw[size_t(2 * H + k)] + r[size_t(k)] * hr[size_t(2 * H + k)];
-            } else {
-              C acc = Rb[2 * H + k];
-              const C* rr = Rd + (2 * H + k) * H;
-              for (int64_t j = 0; j < H; ++j) acc += rr[j] * (r[size_t(j)] * h[j]);
-              pre = xw[size_t(2 * H + k)] + acc;
-            }
-            C hh = act[1](clipv(pre));
-            hnew[size_t(k)] = (C(1) - z) * hh + z * h[k];
-          }
+          gru_cell(cfg, act, xw.data(), hr.data(), Rd, Rb, h, H, rh.data(), hnew.data(), clipv);
         } else {
-          // gate order i, o, f, c; peepholes P = [Pi, Po, Pf]
-          for (int64_t k = 0; k < H; ++k) {
-            C pi = has_p ? P[size_t(d * 3 * H + k)] : C(0);
-            C po = has_p ? P[size_t(d * 3 * H + H + k)] : C(0);
-            C pf = has_p ? P[size_t(d * 3 * H + 2 * H + k)] : C(0);
-            C ig = act[0](clipv(xw[size_t(k)] + hr[size_t(k)] + pi * c[k]));
-            C fg = cfg.input_forget ? C(1) - ig : act[0](clipv(xw[size_t(2 * H + k)] + hr[size_t(2 * H + k)] + pf * c[k]));
-            C cc = act[1](clipv(xw[size_t(3 * H + k)] + hr[size_t(3 * H + k)]));
-            C cn = fg * c[k] + ig * cc;
-            C og = act[0](clipv(xw[size_t(H + k)] + hr[size_t(H + k)] + po * cn));
-            c[k] = cn;
-            hnew[size_t(k)] = og * act[2](cn);
-          }
+          lstm_cell(cfg, act, xw.data(), hr.data(), has_p ? P.data() + size_t(d * 3 * H) : nullptr, H, c, hnew.data(), clipv);
         }
         std::copy(hnew.begin(), hnew.end(), h);
         if (want_y) std::copy(hnew.begin(), hnew.end(), Y.begin() + ((t * nd + d) * Bn + b) * H);
@@ -341,33 +396,7 @@ void run_rnn(KernelContext& ctx, const RnnConfig& cfg) {
     }
   }
 
-  auto store = [&](int oi, const Shape& shape, auto&& value_at) {
-    Tensor& out = ctx.output(oi, dt, shape);
-    visit_float(dt, [&]<class T>() {
-      T* p = out.data<T>();
-      for (int64_t k = 0; k < out.numel(); ++k) p[k] = T(value_at(k));
-    });
-  };
-  if (want_y) {
-    Shape ys = bf ? Shape{Bn, S, nd, H} : Shape{S, nd, Bn, H};
-    store(0, ys, [&](int64_t k) {
-      if (!bf) return Y[size_t(k)];
-      int64_t h = k % H, r = k / H;
-      int64_t d = r % nd; r /= nd;
-      int64_t t = r % S, b = r / S;
-      return Y[size_t(((t * nd + d) * Bn + b) * H + h)];
-    });
-  }
-  auto store_state = [&](int oi, const std::vector<C>& st) {
-    store(oi, state_shape, [&](int64_t k) {
-      if (!bf) return st[size_t(k)];
-      int64_t h = k % H, r = k / H;
-      int64_t d = r % nd, b = r / nd;
-      return st[size_t((d * Bn + b) * H + h)];
-    });
-  };
-  if (ctx.has_output(1)) store_state(1, Hs);
-  if (cfg.kind == RnnKind::Lstm && ctx.has_output(2)) store_state(2, Cs);
+  store_rnn_outputs(ctx, cfg, dt, bf, S, nd, Bn, H, want_y ? &Y : nullptr, Hs, Cs);
 }
 
 void add_rnn_op(OpRegistry& r, const char* name, RnnKind kind, std::initializer_list<int> versions) {

@@ -415,4 +415,180 @@ MemoryPlan build_memory_plan(const Graph& g, std::span<const std::pair<DType, Sh
   return plan;
 }
 
+namespace {
+template <class T>
+uint64_t vector_block(const std::vector<T>& v) {
+  return v.capacity() ? heap_block_bytes(v.data(), v.capacity() * sizeof(T)) : 0;
+}
+uint64_t string_block(const std::string& s) {
+  // Short strings live inside the object (no block of their own).
+  return s.data() >= reinterpret_cast<const char*>(&s) && s.data() < reinterpret_cast<const char*>(&s + 1)
+             ? 0
+             : heap_block_bytes(s.data(), s.capacity() + 1);
+}
+}  // namespace
+
+uint64_t MemoryPlan::compute_held_bytes() const {
+  // The plan itself sits in its shared_ptr's control block (make_shared): one heap block, whose
+  // start is not `this`, so it is sized from its request (a null pointer would count nothing).
+  uint64_t b = (sizeof(MemoryPlan) + 16 + sizeof(size_t) + 15) & ~uint64_t(15);
+  b += string_block(key);
+  b += vector_block(value_slot) + vector_block(workspace_slot) + vector_block(reserved_until) +
+       vector_block(in_place_of) + vector_block(dims) + vector_block(dynamic_values) + vector_block(dynamic_outputs);
+  for (const auto& s : dynamic_values) b += string_block(s);
+  for (const auto& s : dynamic_outputs) b += string_block(s);
+  return b;
+}
+
+int ArenaRun::node_index(const Node& n) const {
+  if (!graph || graph->nodes.empty()) return -1;
+  const Node* b = graph->nodes.data();
+  if (&n < b || &n >= b + graph->nodes.size()) return -1;
+  return int(&n - b);
+}
+
+void* ArenaRun::output(const Node& n, int i, DType dt, const Shape& shape, bool zero) {
+  int ni = node_index(n);
+  if (ni < 0 || size_t(i) >= n.outputs.size() || n.outputs[size_t(i)] < 0) return nullptr;
+  const int v = n.outputs[size_t(i)];
+  const MemoryPlan::Slot& s = plan->value_slot[size_t(v)];
+  if (s.offset == MemoryPlan::kNone) return nullptr;
+  if (zero && size_t(v) < plan->in_place_of.size() && plan->in_place_of[size_t(v)] >= 0) {
+    // The slot is the input's block: zero-filling it now would destroy the input before the
+    // kernel reads it (a kernel breaking the in-place contract, see in_place_inputs).
+    if (env_config().plan_debug)
+      std::fprintf(stderr, "plan miss: %s output %d: in-place slot asked for zero-filled\n", n.describe().c_str(), i);
+    ++fallbacks;
+    return nullptr;
+  }
+  if (abandoned || !base || s.dtype != dt || !plan->slot_shape_is(s, shape)) {
+    if (env_config().plan_debug)
+      std::fprintf(stderr, "plan miss: %s output %d: planned %s %s, got %s %s%s\n", n.describe().c_str(), i,
+                   dtype_name(s.dtype), shape_str(plan->slot_shape(s)).c_str(), dtype_name(dt), shape_str(shape).c_str(),
+                   abandoned ? " (arena abandoned)" : "");
+    ++fallbacks;
+    return nullptr;
+  }
+  return base + s.offset;
+}
+
+void* ArenaRun::adopt(const Node& n, int i, DType dt, const Shape& shape) {
+  int ni = node_index(n);
+  if (ni < 0 || abandoned || !base || size_t(i) >= n.outputs.size() || n.outputs[size_t(i)] < 0) return nullptr;
+  const MemoryPlan::Slot& s = plan->value_slot[size_t(n.outputs[size_t(i)])];
+  if (s.offset == MemoryPlan::kNone || s.dtype != dt || !plan->slot_shape_is(s, shape) || dt == DType::String) return nullptr;
+  ++adopted;
+  return base + s.offset;
+}
+
+void* ArenaRun::workspace(const Node& n, size_t bytes) {
+  int ni = node_index(n);
+  if (ni < 0) return nullptr;
+  const MemoryPlan::Slot& s = plan->workspace_slot[size_t(ni)];
+  if (s.offset == MemoryPlan::kNone) return nullptr;
+  if (abandoned || !base || bytes > s.bytes) {
+    ++fallbacks;
+    return nullptr;
+  }
+  return base + s.offset;
+}
+
+void ArenaRun::note_heap(const Node& n, int i, uint64_t bytes) {
+  if (node_index(n) >= 0 && size_t(i) < n.outputs.size() && n.outputs[size_t(i)] >= 0 &&
+      plan->value_slot[size_t(n.outputs[size_t(i)])].in_peak)
+    return;
+  heap_bytes += bytes;
+  if (limit && plan && plan->peak_bytes + heap_bytes > limit)
+    n.fail(ErrorCode::MemoryLimit, "the run exceeds the memory limit: planned peak " + std::to_string(plan->peak_bytes) +
+                                       " bytes + " + std::to_string(heap_bytes) +
+                                       " bytes of unplanned tensors > limit of " + std::to_string(limit) + " bytes");
+}
+
+Tensor ArenaRun::dynamic(const Node& n, int i, DType dt, const Shape& shape) {
+  if (!pool || dt == DType::String || dtype_size(dt) == 0) return {};
+  int ni = node_index(n);
+  if (ni >= 0) {
+    if (size_t(i) >= n.outputs.size() || n.outputs[size_t(i)] < 0) return {};
+    const int v = n.outputs[size_t(i)];
+    if (plan->value_slot[size_t(v)].offset != MemoryPlan::kNone) return {};
+    // Graph outputs come from the pool too: the caller holds the block while it uses the result,
+    // and when it lets go the block returns for the next run, so a service that runs, reads and
+    // drops its outputs gets them without new pages (fresh mmap'd outputs page-faulted on every
+    // run). A caller that keeps outputs just makes the pool allocate new blocks; a block outlives
+    // the session safely (see DynamicPool).
+  }
+  // Sizes the heap path would refuse (negative or overflowing dims) go there for its error.
+  uint64_t numel = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && numel > (uint64_t(1) << 56) / uint64_t(d))) return {};
+    numel *= uint64_t(d);
+  }
+  const uint64_t bytes = numel * dtype_size(dt);
+  if (bytes > (uint64_t(1) << 56)) return {};
+  note_heap(n, i, DynamicPool::size_class(bytes));
+  DynamicPool::Block b = pool->acquire(bytes);
+  trim_pool();
+  Tensor t = Tensor::view(dt, shape, b.data, std::move(b.keep));
+  t.storage()->exclusive = true;
+  return t;
+}
+
+std::shared_ptr<void> ArenaRun::dynamic_workspace(const Node& n, uint64_t bytes) {
+  if (!pool) return nullptr;
+  note_heap(n, -1, DynamicPool::size_class(bytes));
+  DynamicPool::Block b = pool->acquire(bytes);
+  trim_pool();
+  // Aliasing constructor: the pointer is the block, ownership is the block's keep-alive.
+  return std::shared_ptr<void>(std::const_pointer_cast<void>(b.keep), b.data);
+}
+
+void ArenaRun::trim_pool() {
+  if (!limit || !plan || !pool) return;
+  const uint64_t used = plan->peak_bytes + heap_bytes;
+  if (used >= limit) return;
+  if (used + pool->stats().idle_bytes > limit) pool->trim(limit - used);
+}
+
+// What one cached plan costs: the plan's own blocks, plus the cache's list node, index node and
+// the index's copy of the key.
+uint64_t PlanCache::entry_bytes(const MemoryPlan& p) {
+  constexpr uint64_t kNodes = 32 + 64;  // list node (two links + shared_ptr), hash node (+ bucket share)
+  return p.held_bytes + kNodes + (p.key.size() > 15 ? ((p.key.size() + 1 + sizeof(size_t) + 15) & ~size_t(15)) : 0);
+}
+
+std::shared_ptr<const MemoryPlan> PlanCache::get(const std::string& key, const std::function<MemoryPlan()>& build) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = index_.find(key);
+    if (it != index_.end()) {
+      ++st_.hits;
+      lru_.splice(lru_.begin(), lru_, it->second);
+      return *it->second;
+    }
+    ++st_.misses;
+  }
+  auto plan = std::make_shared<const MemoryPlan>(build());
+  if (max_entries_ == 0 || entry_bytes(*plan) > max_bytes_) return plan;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index_.count(key)) return plan;
+  lru_.push_front(plan);
+  index_[key] = lru_.begin();
+  ++st_.entries;
+  st_.bytes += entry_bytes(*plan);
+  while (st_.entries > max_entries_ || st_.bytes > max_bytes_) {
+    const auto& victim = lru_.back();
+    st_.bytes -= entry_bytes(*victim);
+    --st_.entries;
+    ++st_.evictions;
+    index_.erase(victim->key);
+    lru_.pop_back();
+  }
+  return plan;
+}
+
+PlanCache::Stats PlanCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return st_;
+}
+
 }  // namespace basalt

@@ -79,7 +79,19 @@ double percentile(std::vector<double>& v, double p) {
 
 }  // namespace
 
-int cmd_bench(const std::vector<std::string>& args) {
+struct BenchArgs {
+  InputSpec spec;
+  std::string model;
+  SessionOptions opts;
+  int64_t warmup = 3;
+  int64_t iters = 20;
+  int64_t concurrency = 1;
+  bool json = false;
+  bool concurrency_given = false;
+};
+
+// The command line of `bench`.
+BenchArgs parse_bench_args(const std::vector<std::string>& args) {
   InputSpec spec;
   std::string model;
   SessionOptions opts;
@@ -103,6 +115,11 @@ int cmd_bench(const std::vector<std::string>& args) {
     }
   }
   if (model.empty()) throw UsageError("missing MODEL");
+  return {spec, model, opts, warmup, iters, concurrency, json, concurrency_given};
+}
+
+int cmd_bench(const std::vector<std::string>& args) {
+  auto [spec, model, opts, warmup, iters, concurrency, json, concurrency_given] = parse_bench_args(args);
 
   double rss_before_load = rss_now_mb();
   auto t0 = Clock::now();

@@ -31,7 +31,17 @@ static std::string op_name(const Node& n) { return n.domain.empty() ? n.op_type 
 
 static std::string shape_of(const std::vector<int64_t>& s) { return shape_str(s); }
 
-int cmd_profile(const std::vector<std::string>& args) {
+struct ProfileArgs {
+  InputSpec spec;
+  std::string model;
+  SessionOptions opts;
+  int64_t iters = 1;
+  int64_t warmup = 1;
+  int64_t top = 15;
+};
+
+// The command line of `profile`.
+ProfileArgs parse_profile_args(const std::vector<std::string>& args) {
   InputSpec spec;
   std::string model;
   SessionOptions opts;
@@ -54,6 +64,11 @@ int cmd_profile(const std::vector<std::string>& args) {
     }
   }
   if (model.empty()) throw UsageError("missing MODEL");
+  return {spec, model, opts, iters, warmup, top};
+}
+
+int cmd_profile(const std::vector<std::string>& args) {
+  auto [spec, model, opts, iters, warmup, top] = parse_profile_args(args);
 
   auto session = Session::open(model, opts);
   auto feeds = make_inputs(*session, spec);
