@@ -3,6 +3,8 @@
 #include <basalt/error.hpp>
 
 #include <cstring>
+#include <memory>
+#include <type_traits>
 
 namespace basalt::pb {
 namespace {
@@ -126,326 +128,350 @@ void read_doubles(Reader& r, uint32_t wire, std::vector<double>& out) {
   });
 }
 
-std::pair<std::string, std::string> read_string_entry(Reader r) {
-  std::pair<std::string, std::string> kv;
+// ---- The field tables ----
+// Each message is decoded by one loop (decode) over a table of its fields: number, name (for
+// errors) and a reader that checks the wire type and stores the value. The readers are built from
+// member pointers (str<&M::name>, msgs<&M::node, read_node>, ...); the few fields with more to do
+// (a has_* flag, a nesting check) use the same forms with a flag or a small function of their own.
+
+template <class M>
+struct Field {
+  uint32_t num;
+  const char* name;
+  void (*read)(Reader& r, uint32_t wire, const char* name, M& m);
+};
+
+// Reads every field of the message r into m; unknown fields are skipped.
+template <class M, size_t N>
+void decode_into(Reader r, const Field<M> (&fields)[N], M& m) {
   uint32_t f, w;
   while (r.tag(f, w)) {
-    if (f == 1) kv.first = read_string(r, w, "key");
-    else if (f == 2) kv.second = read_string(r, w, "value");
+    const Field<M>* fd = nullptr;
+    for (const Field<M>& x : fields)
+      if (x.num == f) fd = &x;
+    if (fd) fd->read(r, w, fd->name, m);
     else r.skip(w);
   }
-  return kv;
+}
+template <class M, size_t N>
+M decode(Reader r, const Field<M> (&fields)[N]) {
+  M m;
+  decode_into(r, fields, m);
+  return m;
 }
 
-TensorProto read_tensor(Reader r) {
-  TensorProto t;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: read_int64s(r, w, t.dims); break;
-      case 2: expect(w, 0, "TensorProto.data_type"); t.data_type = int32_t(r.varint()); break;
-      case 3: t.has_segment = true; r.skip(w); break;
-      case 4: read_floats(r, w, t.float_data); break;
-      case 5: read_int32s(r, w, t.int32_data); break;
-      case 6: expect(w, 2, "TensorProto.string_data"); t.string_data.push_back(r.bytes()); break;
-      case 7: read_int64s(r, w, t.int64_data); break;
-      case 8: t.name = read_string(r, w, "TensorProto.name"); break;
-      case 9: expect(w, 2, "TensorProto.raw_data"); t.raw_data = r.bytes(); t.has_raw = true; break;
-      case 10: read_doubles(r, w, t.double_data); break;
-      case 11: read_uint64s(r, w, t.uint64_data); break;
-      case 13: expect(w, 2, "TensorProto.external_data"); t.external_data.push_back(read_string_entry(r.sub())); break;
-      case 14: expect(w, 0, "TensorProto.data_location"); t.data_location = int32_t(r.varint()); break;
-      default: r.skip(w);
-    }
-  }
-  return t;
+template <class T> struct member_traits;
+template <class M, class V> struct member_traits<V M::*> {
+  using msg = M;
+  using value = V;
+};
+template <auto P> using Msg = typename member_traits<decltype(P)>::msg;
+template <auto P> using Val = typename member_traits<decltype(P)>::value;
+
+// Sets the has_* flag Has (a bool member pointer) when given.
+template <auto Has, class M>
+void mark(M& m) {
+  if constexpr (!std::is_same_v<decltype(Has), std::nullptr_t>) m.*Has = true;
 }
 
-SparseTensorProto read_sparse(Reader r) {
-  SparseTensorProto s;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: expect(w, 2, "SparseTensorProto.values"); s.values = read_tensor(r.sub()); break;
-      case 2: expect(w, 2, "SparseTensorProto.indices"); s.indices = read_tensor(r.sub()); break;
-      case 3: read_int64s(r, w, s.dims); break;
-      default: r.skip(w);
-    }
-  }
-  return s;
+template <auto P>  // a string
+void str(Reader& r, uint32_t w, const char* n, Msg<P>& m) { m.*P = read_string(r, w, n); }
+template <auto P>  // a repeated string
+void strs(Reader& r, uint32_t w, const char* n, Msg<P>& m) { (m.*P).push_back(read_string(r, w, n)); }
+template <auto P, auto Has = nullptr>  // a varint-coded integer
+void varint(Reader& r, uint32_t w, const char* n, Msg<P>& m) {
+  expect(w, 0, n);
+  m.*P = Val<P>(r.varint());
+  mark<Has>(m);
+}
+template <auto P, auto Has = nullptr>  // bytes, kept as a view into the file
+void bytes(Reader& r, uint32_t w, const char* n, Msg<P>& m) {
+  expect(w, 2, n);
+  m.*P = r.bytes();
+  mark<Has>(m);
+}
+template <auto P>  // repeated bytes
+void bytes_list(Reader& r, uint32_t w, const char* n, Msg<P>& m) {
+  expect(w, 2, n);
+  (m.*P).push_back(r.bytes());
+}
+template <auto P>  // a repeated scalar, packed or not
+void scalars(Reader& r, uint32_t w, const char*, Msg<P>& m) {
+  using T = typename Val<P>::value_type;
+  if constexpr (std::is_same_v<T, int64_t>) read_int64s(r, w, m.*P);
+  else if constexpr (std::is_same_v<T, int32_t>) read_int32s(r, w, m.*P);
+  else if constexpr (std::is_same_v<T, uint64_t>) read_uint64s(r, w, m.*P);
+  else if constexpr (std::is_same_v<T, float>) read_floats(r, w, m.*P);
+  else read_doubles(r, w, m.*P);
+}
+template <auto P, auto Read, auto Has = nullptr, int Depth = 0>  // a message (Depth: nesting it adds)
+void msg(Reader& r, uint32_t w, const char* n, Msg<P>& m) {
+  expect(w, 2, n);
+  m.*P = Read(r.sub(Depth));
+  mark<Has>(m);
+}
+template <auto P, auto Read, int Depth = 0>  // a repeated message
+void msgs(Reader& r, uint32_t w, const char* n, Msg<P>& m) {
+  expect(w, 2, n);
+  (m.*P).push_back(Read(r.sub(Depth)));
 }
 
+using StringEntry = std::pair<std::string, std::string>;
+const Field<StringEntry> kStringEntry[] = {
+    {1, "StringStringEntryProto.key", str<&StringEntry::first>},
+    {2, "StringStringEntryProto.value", str<&StringEntry::second>},
+};
+StringEntry read_string_entry(Reader r) { return decode(r, kStringEntry); }
+
+TensorProto read_tensor(Reader r);
+const Field<TensorProto> kTensor[] = {
+    {1, "TensorProto.dims", scalars<&TensorProto::dims>},
+    {2, "TensorProto.data_type", varint<&TensorProto::data_type>},
+    {3, "TensorProto.segment", [](Reader& r, uint32_t w, const char*, TensorProto& t) { t.has_segment = true; r.skip(w); }},
+    {4, "TensorProto.float_data", scalars<&TensorProto::float_data>},
+    {5, "TensorProto.int32_data", scalars<&TensorProto::int32_data>},
+    {6, "TensorProto.string_data", bytes_list<&TensorProto::string_data>},
+    {7, "TensorProto.int64_data", scalars<&TensorProto::int64_data>},
+    {8, "TensorProto.name", str<&TensorProto::name>},
+    {9, "TensorProto.raw_data", bytes<&TensorProto::raw_data, &TensorProto::has_raw>},
+    {10, "TensorProto.double_data", scalars<&TensorProto::double_data>},
+    {11, "TensorProto.uint64_data", scalars<&TensorProto::uint64_data>},
+    {13, "TensorProto.external_data", msgs<&TensorProto::external_data, read_string_entry>},
+    {14, "TensorProto.data_location", varint<&TensorProto::data_location>},
+};
+TensorProto read_tensor(Reader r) { return decode(r, kTensor); }
+
+const Field<SparseTensorProto> kSparse[] = {
+    {1, "SparseTensorProto.values", msg<&SparseTensorProto::values, read_tensor>},
+    {2, "SparseTensorProto.indices", msg<&SparseTensorProto::indices, read_tensor>},
+    {3, "SparseTensorProto.dims", scalars<&SparseTensorProto::dims>},
+};
+SparseTensorProto read_sparse(Reader r) { return decode(r, kSparse); }
+
+// Types nest (sequence of map of ...) with a depth of their own, counted here rather than in the
+// Reader (whose depth counts subgraphs).
 TypeProto read_type(Reader r, int depth = 0);
 
-void read_shape(Reader r, TypeProto& t) {
-  t.has_shape = true;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    if (f == 1) {
-      expect(w, 2, "TensorShapeProto.dim");
-      Reader d = r.sub();
-      Dim dim;
-      uint32_t f2, w2;
-      while (d.tag(f2, w2)) {
-        if (f2 == 1) {
-          expect(w2, 0, "Dimension.dim_value");
-          dim.has_value = true;
-          dim.value = int64_t(d.varint());
-        } else if (f2 == 2) {
-          dim.param = read_string(d, w2, "Dimension.dim_param");
-        } else {
-          d.skip(w2);
-        }
-      }
-      t.shape.push_back(std::move(dim));
-    } else {
-      r.skip(w);
-    }
-  }
-}
+const Field<Dim> kDim[] = {
+    {1, "Dimension.dim_value", varint<&Dim::value, &Dim::has_value>},
+    {2, "Dimension.dim_param", str<&Dim::param>},
+};
+Dim read_dim(Reader r) { return decode(r, kDim); }
 
+struct ShapeFields {
+  std::vector<Dim> dim;
+};
+const Field<ShapeFields> kShape[] = {{1, "TensorShapeProto.dim", msgs<&ShapeFields::dim, read_dim>}};
+
+// TypeProto.Tensor / SparseTensor: elem_type and shape.
+struct TensorTypeFields {
+  int32_t elem_type = 0;
+  bool has_shape = false;
+  ShapeFields shape;
+};
+const Field<TensorTypeFields> kTensorType[] = {
+    {1, "TypeProto.Tensor.elem_type", varint<&TensorTypeFields::elem_type>},
+    {2, "TypeProto.Tensor.shape", msg<&TensorTypeFields::shape, [](Reader r) { return decode(r, kShape); }, &TensorTypeFields::has_shape>},
+};
 void read_tensor_type(Reader r, TypeProto& t) {
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    if (f == 1) { expect(w, 0, "elem_type"); t.elem_type = int32_t(r.varint()); }
-    else if (f == 2) { expect(w, 2, "shape"); read_shape(r.sub(), t); }
-    else r.skip(w);
-  }
+  TensorTypeFields f = decode(r, kTensorType);
+  t.elem_type = f.elem_type;
+  t.has_shape = f.has_shape;
+  t.shape = std::move(f.shape.dim);
 }
 
-std::shared_ptr<TypeProto> read_elem_type(Reader r, int depth) {
+// Sequence / Optional element types, and Map key and value types, one level deeper.
+struct ElemTypeFields {
+  int depth = 0;
+  int32_t key_type = 0;
+  std::shared_ptr<TypeProto> elem;
+};
+void read_nested_type(Reader& r, uint32_t w, const char* n, ElemTypeFields& e) {
+  expect(w, 2, n);
+  e.elem = std::make_shared<TypeProto>(read_type(r.sub(), e.depth + 1));
+}
+const Field<ElemTypeFields> kElemType[] = {{1, "elem_type", read_nested_type}};
+const Field<ElemTypeFields> kMapType[] = {
+    {1, "key_type", varint<&ElemTypeFields::key_type>},
+    {2, "value_type", read_nested_type},
+};
+template <size_t N>
+ElemTypeFields read_elem(Reader r, int depth, const Field<ElemTypeFields> (&fields)[N]) {
   if (depth > 32) malformed("type nesting deeper than 32");
-  std::shared_ptr<TypeProto> e;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    if (f == 1) { expect(w, 2, "elem_type"); e = std::make_shared<TypeProto>(read_type(r.sub(), depth + 1)); }
-    else r.skip(w);
-  }
+  ElemTypeFields e;
+  e.depth = depth;
+  decode_into(r, fields, e);
   return e;
 }
+
+// TypeProto's value is one of these fields, each a message of its own.
+struct TypeField {
+  uint32_t num;
+  TypeProto::Kind kind;
+  const char* name;
+};
+constexpr TypeField kTypeFields[] = {
+    {1, TypeProto::Kind::Tensor, "TypeProto.tensor_type"},
+    {8, TypeProto::Kind::SparseTensor, "TypeProto.sparse_tensor_type"},
+    {4, TypeProto::Kind::Sequence, "TypeProto.sequence_type"},
+    {9, TypeProto::Kind::Optional, "TypeProto.optional_type"},
+    {5, TypeProto::Kind::Map, "TypeProto.map_type"},
+};
 
 TypeProto read_type(Reader r, int depth) {
   if (depth > 32) malformed("type nesting deeper than 32");
   TypeProto t;
   uint32_t f, w;
   while (r.tag(f, w)) {
-    switch (f) {
-      case 1: expect(w, 2, "TypeProto.tensor_type"); t.kind = TypeProto::Kind::Tensor; read_tensor_type(r.sub(), t); break;
-      case 8: expect(w, 2, "TypeProto.sparse_tensor_type"); t.kind = TypeProto::Kind::SparseTensor; read_tensor_type(r.sub(), t); break;
-      case 4: expect(w, 2, "TypeProto.sequence_type"); t.kind = TypeProto::Kind::Sequence; t.elem = read_elem_type(r.sub(), depth); break;
-      case 9: expect(w, 2, "TypeProto.optional_type"); t.kind = TypeProto::Kind::Optional; t.elem = read_elem_type(r.sub(), depth); break;
-      case 5: {
-        expect(w, 2, "TypeProto.map_type");
-        t.kind = TypeProto::Kind::Map;
-        Reader m = r.sub();
-        uint32_t f2, w2;
-        while (m.tag(f2, w2)) {
-          if (f2 == 1) { expect(w2, 0, "key_type"); t.map_key_type = int32_t(m.varint()); }
-          else if (f2 == 2) { expect(w2, 2, "value_type"); t.elem = std::make_shared<TypeProto>(read_type(m.sub(), depth + 1)); }
-          else m.skip(w2);
-        }
-        break;
-      }
-      default: r.skip(w);
+    const TypeField* tf = nullptr;
+    for (const TypeField& x : kTypeFields)
+      if (x.num == f) tf = &x;
+    if (!tf) {
+      r.skip(w);
+      continue;
+    }
+    expect(w, 2, tf->name);
+    t.kind = tf->kind;
+    using K = TypeProto::Kind;
+    if (tf->kind == K::Tensor || tf->kind == K::SparseTensor) {
+      read_tensor_type(r.sub(), t);
+    } else if (tf->kind == K::Map) {
+      ElemTypeFields e = read_elem(r.sub(), depth, kMapType);
+      t.map_key_type = e.key_type;
+      t.elem = std::move(e.elem);
+    } else {
+      t.elem = read_elem(r.sub(), depth, kElemType).elem;
     }
   }
   return t;
 }
+TypeProto read_top_type(Reader r) { return read_type(r, 0); }
 
-ValueInfoProto read_value_info(Reader r) {
-  ValueInfoProto v;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    if (f == 1) v.name = read_string(r, w, "ValueInfoProto.name");
-    else if (f == 2) { expect(w, 2, "ValueInfoProto.type"); v.type = read_type(r.sub()); v.has_type = true; }
-    else r.skip(w);
-  }
-  return v;
-}
+const Field<ValueInfoProto> kValueInfo[] = {
+    {1, "ValueInfoProto.name", str<&ValueInfoProto::name>},
+    {2, "ValueInfoProto.type", msg<&ValueInfoProto::type, read_top_type, &ValueInfoProto::has_type>},
+};
+ValueInfoProto read_value_info(Reader r) { return decode(r, kValueInfo); }
 
 GraphProto read_graph(Reader r);
-
-AttributeProto read_attribute(Reader r) {
-  AttributeProto a;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: a.name = read_string(r, w, "AttributeProto.name"); break;
-      case 21: a.ref_attr_name = read_string(r, w, "AttributeProto.ref_attr_name"); break;
-      case 20: expect(w, 0, "AttributeProto.type"); a.type = int32_t(r.varint()); break;
-      case 2: {
-        expect(w, 5, "AttributeProto.f");
-        uint32_t u = r.fixed32();
-        std::memcpy(&a.f, &u, 4);
-        a.has_f = true;
-        break;
-      }
-      case 3: expect(w, 0, "AttributeProto.i"); a.i = int64_t(r.varint()); a.has_i = true; break;
-      case 4: expect(w, 2, "AttributeProto.s"); a.s = r.bytes(); a.has_s = true; break;
-      case 5: expect(w, 2, "AttributeProto.t"); a.t = read_tensor(r.sub()); a.has_t = true; break;
-      case 6: {
-        expect(w, 2, "AttributeProto.g");
-        Reader g = r.sub(1);
-        if (g.depth() > kMaxGraphNesting)
-          malformed("subgraphs nested deeper than " + std::to_string(kMaxGraphNesting) + " levels");
-        a.g = std::make_shared<GraphProto>(read_graph(g));
-        break;
-      }
-      case 22: expect(w, 2, "AttributeProto.sparse_tensor"); a.sparse_tensor = read_sparse(r.sub()); a.has_sparse = true; break;
-      case 7: read_floats(r, w, a.floats); break;
-      case 8: read_int64s(r, w, a.ints); break;
-      case 9: expect(w, 2, "AttributeProto.strings"); a.strings.push_back(r.bytes()); break;
-      case 10: expect(w, 2, "AttributeProto.tensors"); a.tensors.push_back(read_tensor(r.sub())); break;
-      case 11: {
-        expect(w, 2, "AttributeProto.graphs");
-        Reader g = r.sub(1);
-        if (g.depth() > kMaxGraphNesting)
-          malformed("subgraphs nested deeper than " + std::to_string(kMaxGraphNesting) + " levels");
-        a.graphs.push_back(std::make_shared<GraphProto>(read_graph(g)));
-        break;
-      }
-      case 14: expect(w, 2, "AttributeProto.tp"); a.tp = read_type(r.sub()); break;
-      default: r.skip(w);
-    }
-  }
-  return a;
+// A subgraph attribute: one level of graph nesting deeper, refused past kMaxGraphNesting.
+std::shared_ptr<GraphProto> read_subgraph(Reader r) {
+  if (r.depth() > kMaxGraphNesting) malformed("subgraphs nested deeper than " + std::to_string(kMaxGraphNesting) + " levels");
+  return std::make_shared<GraphProto>(read_graph(r));
 }
 
-NodeProto read_node(Reader r) {
-  NodeProto n;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: n.input.push_back(read_string(r, w, "NodeProto.input")); break;
-      case 2: n.output.push_back(read_string(r, w, "NodeProto.output")); break;
-      case 3: n.name = read_string(r, w, "NodeProto.name"); break;
-      case 4: n.op_type = read_string(r, w, "NodeProto.op_type"); break;
-      case 7: n.domain = read_string(r, w, "NodeProto.domain"); break;
-      case 8: n.overload = read_string(r, w, "NodeProto.overload"); break;
-      case 5: expect(w, 2, "NodeProto.attribute"); n.attribute.push_back(read_attribute(r.sub())); break;
-      default: r.skip(w);
-    }
-  }
-  return n;
-}
+const Field<AttributeProto> kAttribute[] = {
+    {1, "AttributeProto.name", str<&AttributeProto::name>},
+    {21, "AttributeProto.ref_attr_name", str<&AttributeProto::ref_attr_name>},
+    {20, "AttributeProto.type", varint<&AttributeProto::type>},
+    {2, "AttributeProto.f", [](Reader& r, uint32_t w, const char* n, AttributeProto& a) {
+       expect(w, 5, n);
+       uint32_t u = r.fixed32();
+       std::memcpy(&a.f, &u, 4);
+       a.has_f = true;
+     }},
+    {3, "AttributeProto.i", varint<&AttributeProto::i, &AttributeProto::has_i>},
+    {4, "AttributeProto.s", bytes<&AttributeProto::s, &AttributeProto::has_s>},
+    {5, "AttributeProto.t", msg<&AttributeProto::t, read_tensor, &AttributeProto::has_t>},
+    {6, "AttributeProto.g", msg<&AttributeProto::g, read_subgraph, nullptr, 1>},
+    {22, "AttributeProto.sparse_tensor", msg<&AttributeProto::sparse_tensor, read_sparse, &AttributeProto::has_sparse>},
+    {7, "AttributeProto.floats", scalars<&AttributeProto::floats>},
+    {8, "AttributeProto.ints", scalars<&AttributeProto::ints>},
+    {9, "AttributeProto.strings", bytes_list<&AttributeProto::strings>},
+    {10, "AttributeProto.tensors", msgs<&AttributeProto::tensors, read_tensor>},
+    {11, "AttributeProto.graphs", msgs<&AttributeProto::graphs, read_subgraph, 1>},
+    {14, "AttributeProto.tp", msg<&AttributeProto::tp, read_top_type>},
+};
+AttributeProto read_attribute(Reader r) { return decode(r, kAttribute); }
 
-GraphProto read_graph(Reader r) {
-  GraphProto g;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: expect(w, 2, "GraphProto.node"); g.node.push_back(read_node(r.sub(0))); break;
-      case 2: g.name = read_string(r, w, "GraphProto.name"); break;
-      case 5: expect(w, 2, "GraphProto.initializer"); g.initializer.push_back(read_tensor(r.sub())); break;
-      case 15: expect(w, 2, "GraphProto.sparse_initializer"); g.sparse_initializer.push_back(read_sparse(r.sub())); break;
-      case 11: expect(w, 2, "GraphProto.input"); g.input.push_back(read_value_info(r.sub())); break;
-      case 12: expect(w, 2, "GraphProto.output"); g.output.push_back(read_value_info(r.sub())); break;
-      case 13: expect(w, 2, "GraphProto.value_info"); g.value_info.push_back(read_value_info(r.sub())); break;
-      default: r.skip(w);
-    }
-  }
-  return g;
-}
+const Field<NodeProto> kNode[] = {
+    {1, "NodeProto.input", strs<&NodeProto::input>},
+    {2, "NodeProto.output", strs<&NodeProto::output>},
+    {3, "NodeProto.name", str<&NodeProto::name>},
+    {4, "NodeProto.op_type", str<&NodeProto::op_type>},
+    {7, "NodeProto.domain", str<&NodeProto::domain>},
+    {8, "NodeProto.overload", str<&NodeProto::overload>},
+    {5, "NodeProto.attribute", msgs<&NodeProto::attribute, read_attribute>},
+};
+NodeProto read_node(Reader r) { return decode(r, kNode); }
 
-OpsetId read_opset(Reader r) {
-  OpsetId o;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    if (f == 1) o.domain = read_string(r, w, "OperatorSetIdProto.domain");
-    else if (f == 2) { expect(w, 0, "OperatorSetIdProto.version"); o.version = int64_t(r.varint()); }
-    else r.skip(w);
-  }
-  return o;
-}
+const Field<GraphProto> kGraph[] = {
+    {1, "GraphProto.node", msgs<&GraphProto::node, read_node>},
+    {2, "GraphProto.name", str<&GraphProto::name>},
+    {5, "GraphProto.initializer", msgs<&GraphProto::initializer, read_tensor>},
+    {15, "GraphProto.sparse_initializer", msgs<&GraphProto::sparse_initializer, read_sparse>},
+    {11, "GraphProto.input", msgs<&GraphProto::input, read_value_info>},
+    {12, "GraphProto.output", msgs<&GraphProto::output, read_value_info>},
+    {13, "GraphProto.value_info", msgs<&GraphProto::value_info, read_value_info>},
+};
+GraphProto read_graph(Reader r) { return decode(r, kGraph); }
 
-FunctionProto read_function(Reader r) {
-  FunctionProto fn;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: fn.name = read_string(r, w, "FunctionProto.name"); break;
-      case 10: fn.domain = read_string(r, w, "FunctionProto.domain"); break;
-      case 13: fn.overload = read_string(r, w, "FunctionProto.overload"); break;
-      case 4: fn.input.push_back(read_string(r, w, "FunctionProto.input")); break;
-      case 5: fn.output.push_back(read_string(r, w, "FunctionProto.output")); break;
-      case 6: fn.attribute.push_back(read_string(r, w, "FunctionProto.attribute")); break;
-      case 11: expect(w, 2, "FunctionProto.attribute_proto"); fn.attribute_proto.push_back(read_attribute(r.sub())); break;
-      case 7: expect(w, 2, "FunctionProto.node"); fn.node.push_back(read_node(r.sub())); break;
-      case 9: expect(w, 2, "FunctionProto.opset_import"); fn.opset_import.push_back(read_opset(r.sub())); break;
-      default: r.skip(w);
-    }
-  }
-  return fn;
-}
+const Field<OpsetId> kOpset[] = {
+    {1, "OperatorSetIdProto.domain", str<&OpsetId::domain>},
+    {2, "OperatorSetIdProto.version", varint<&OpsetId::version>},
+};
+OpsetId read_opset(Reader r) { return decode(r, kOpset); }
 
+const Field<FunctionProto> kFunction[] = {
+    {1, "FunctionProto.name", str<&FunctionProto::name>},
+    {10, "FunctionProto.domain", str<&FunctionProto::domain>},
+    {13, "FunctionProto.overload", str<&FunctionProto::overload>},
+    {4, "FunctionProto.input", strs<&FunctionProto::input>},
+    {5, "FunctionProto.output", strs<&FunctionProto::output>},
+    {6, "FunctionProto.attribute", strs<&FunctionProto::attribute>},
+    {11, "FunctionProto.attribute_proto", msgs<&FunctionProto::attribute_proto, read_attribute>},
+    {7, "FunctionProto.node", msgs<&FunctionProto::node, read_node>},
+    {9, "FunctionProto.opset_import", msgs<&FunctionProto::opset_import, read_opset>},
+};
+FunctionProto read_function(Reader r) { return decode(r, kFunction); }
+
+// Sequences and optionals nest through the Reader's depth (each level one deeper).
 SequenceProto read_sequence(Reader r);
 OptionalProto read_optional(Reader r);
+std::shared_ptr<SequenceProto> read_sequence_ptr(Reader r) { return std::make_shared<SequenceProto>(read_sequence(r)); }
+std::shared_ptr<OptionalProto> read_optional_ptr(Reader r) { return std::make_shared<OptionalProto>(read_optional(r)); }
 
+const Field<SequenceProto> kSequence[] = {
+    {1, "SequenceProto.name", str<&SequenceProto::name>},
+    {2, "SequenceProto.elem_type", varint<&SequenceProto::elem_type>},
+    {3, "SequenceProto.tensor_values", msgs<&SequenceProto::tensor_values, read_tensor>},
+    {5, "SequenceProto.sequence_values", msgs<&SequenceProto::sequence_values, read_sequence, 1>},
+    {7, "SequenceProto.optional_values", msgs<&SequenceProto::optional_values, read_optional, 1>},
+};
 SequenceProto read_sequence(Reader r) {
   if (r.depth() > 32) malformed("sequence nesting deeper than 32");
-  SequenceProto s;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: s.name = read_string(r, w, "SequenceProto.name"); break;
-      case 2: expect(w, 0, "SequenceProto.elem_type"); s.elem_type = int32_t(r.varint()); break;
-      case 3: expect(w, 2, "SequenceProto.tensor_values"); s.tensor_values.push_back(read_tensor(r.sub())); break;
-      case 5: expect(w, 2, "SequenceProto.sequence_values"); s.sequence_values.push_back(read_sequence(r.sub(1))); break;
-      case 7: expect(w, 2, "SequenceProto.optional_values"); s.optional_values.push_back(read_optional(r.sub(1))); break;
-      default: r.skip(w);
-    }
-  }
-  return s;
+  return decode(r, kSequence);
 }
 
+const Field<OptionalProto> kOptional[] = {
+    {1, "OptionalProto.name", str<&OptionalProto::name>},
+    {2, "OptionalProto.elem_type", varint<&OptionalProto::elem_type>},
+    {3, "OptionalProto.tensor_value", msg<&OptionalProto::tensor_value, read_tensor, &OptionalProto::has_tensor>},
+    {5, "OptionalProto.sequence_value", msg<&OptionalProto::sequence_value, read_sequence_ptr, &OptionalProto::has_sequence, 1>},
+    {7, "OptionalProto.optional_value", msg<&OptionalProto::optional_value, read_optional_ptr, &OptionalProto::has_optional, 1>},
+};
 OptionalProto read_optional(Reader r) {
   if (r.depth() > 32) malformed("optional nesting deeper than 32");
-  OptionalProto o;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: o.name = read_string(r, w, "OptionalProto.name"); break;
-      case 2: expect(w, 0, "OptionalProto.elem_type"); o.elem_type = int32_t(r.varint()); break;
-      case 3: expect(w, 2, "OptionalProto.tensor_value"); o.tensor_value = read_tensor(r.sub()); o.has_tensor = true; break;
-      case 5:
-        expect(w, 2, "OptionalProto.sequence_value");
-        o.sequence_value = std::make_shared<SequenceProto>(read_sequence(r.sub(1)));
-        o.has_sequence = true;
-        break;
-      case 7:
-        expect(w, 2, "OptionalProto.optional_value");
-        o.optional_value = std::make_shared<OptionalProto>(read_optional(r.sub(1)));
-        o.has_optional = true;
-        break;
-      default: r.skip(w);
-    }
-  }
-  return o;
+  return decode(r, kOptional);
 }
+
+GraphProto read_model_graph(Reader r) { return read_graph(r); }
+const Field<ModelProto> kModel[] = {
+    {1, "ModelProto.ir_version", varint<&ModelProto::ir_version>},
+    {8, "ModelProto.opset_import", msgs<&ModelProto::opset_import, read_opset>},
+    {2, "ModelProto.producer_name", str<&ModelProto::producer_name>},
+    {3, "ModelProto.producer_version", str<&ModelProto::producer_version>},
+    {4, "ModelProto.domain", str<&ModelProto::domain>},
+    {5, "ModelProto.model_version", varint<&ModelProto::model_version>},
+    {6, "ModelProto.doc_string", str<&ModelProto::doc_string>},
+    {7, "ModelProto.graph", msg<&ModelProto::graph, read_model_graph, &ModelProto::has_graph>},
+    {14, "ModelProto.metadata_props", msgs<&ModelProto::metadata_props, read_string_entry>},
+    {25, "ModelProto.functions", msgs<&ModelProto::functions, read_function>},
+};
 
 }  // namespace
 
-ModelProto parse_model(const uint8_t* data, size_t size) {
-  Reader r(data, size);
-  ModelProto m;
-  uint32_t f, w;
-  while (r.tag(f, w)) {
-    switch (f) {
-      case 1: expect(w, 0, "ModelProto.ir_version"); m.ir_version = int64_t(r.varint()); break;
-      case 8: expect(w, 2, "ModelProto.opset_import"); m.opset_import.push_back(read_opset(r.sub())); break;
-      case 2: m.producer_name = read_string(r, w, "ModelProto.producer_name"); break;
-      case 3: m.producer_version = read_string(r, w, "ModelProto.producer_version"); break;
-      case 4: m.domain = read_string(r, w, "ModelProto.domain"); break;
-      case 5: expect(w, 0, "ModelProto.model_version"); m.model_version = int64_t(r.varint()); break;
-      case 6: m.doc_string = read_string(r, w, "ModelProto.doc_string"); break;
-      case 7: expect(w, 2, "ModelProto.graph"); m.graph = read_graph(r.sub()); m.has_graph = true; break;
-      case 14: expect(w, 2, "ModelProto.metadata_props"); m.metadata_props.push_back(read_string_entry(r.sub())); break;
-      case 25: expect(w, 2, "ModelProto.functions"); m.functions.push_back(read_function(r.sub())); break;
-      default: r.skip(w);
-    }
-  }
-  return m;
-}
+ModelProto parse_model(const uint8_t* data, size_t size) { return decode(Reader(data, size), kModel); }
 
 TensorProto parse_tensor(const uint8_t* data, size_t size) { return read_tensor(Reader(data, size)); }
 SequenceProto parse_sequence(const uint8_t* data, size_t size) { return read_sequence(Reader(data, size)); }
