@@ -25,12 +25,14 @@
 
 #include <basalt/basalt.hpp>
 
+#include "core/storage.hpp"
 #include "graph/model.hpp"
 
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
+#include "runtime/session_access.hpp"
 
 namespace py = pybind11;
 using basalt::DType;
@@ -501,7 +503,7 @@ void run_into_session(const PySession& ps, py::dict outputs, py::object input_fe
 }
 
 py::dict memory_stats(const PySession& ps) {
-  const basalt::Model& m = ps.s->model();
+  const basalt::Model& m = session_model(*ps.s);
   basalt::MemoryStats st = ps.s->memory_stats();
   py::dict d;
   d["weight_bytes"] = st.weights_bytes;

@@ -21,8 +21,6 @@
 
 namespace basalt {
 
-struct Model;
-class Profiler;
 
 struct SessionOptions {
   // Intra-op threads working on one run (the calling thread included); 0 = every core this
@@ -174,11 +172,8 @@ class Session {
   // symbolic dims must be named. dtypes are the model's.
   MemoryPlanReport plan_memory(const std::map<std::string, Shape>& shapes) const;
 
-  const Model& model() const;
   const SessionOptions& options() const;
 
-  // The profile recorder (internal type, src/runtime/profiler.hpp); null when profiling is off.
-  Profiler* profiler() const;
   // Writes what was recorded so far as a Chrome trace to `path` (default: options().profile_path)
   // and returns the path written; the destructor then writes nothing. Throws InvalidArgument when
   // profiling is off or no path is known, Io when the file cannot be written.
@@ -189,7 +184,7 @@ class Session {
   void make_outputs_private(std::vector<Value>& outs, const std::vector<Value>& ins) const;
   std::vector<Value> run_impl(const std::vector<std::pair<std::string, Value>>& feeds,
                               const std::vector<std::string>& output_names, const std::vector<Tensor>* bound) const;
-  static std::unique_ptr<Session> create(std::shared_ptr<Model> m, const SessionOptions& opts);
+  friend struct SessionAccess;  // internal access (src/runtime/session_access.hpp): model, profiler
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -31,27 +31,9 @@ void count_allocation();
 }
 std::string shape_str(const Shape& s);  // "[1,3,224,224]"
 
-struct Storage {
-  void* data = nullptr;
-  size_t bytes = 0;
-  size_t count = 0;             // element count (for String destruction)
-  DType dtype = DType::Undefined;
-  bool owned = false;           // allocated by basalt (freed in the destructor)
-  bool mapped = false;          // owned and allocated with mmap (large blocks: munmap gives pages back)
-  std::shared_ptr<const void> keep_alive;  // for views: whatever owns the bytes
-  // A view whose bytes belong to it alone (a block of the session's dynamic pool, returned to the
-  // pool when the last view goes): a run's output viewing one is handed to the caller as it is.
-  bool exclusive = false;
-  // For a view of a read-only file mapping: a descriptor of that file (owned by keep_alive) and
-  // where the view starts in it, else -1. Tensor::read_bytes then copies with pread, so the pages
-  // read never join this process's resident memory (a page fault maps up to 16 neighbours too).
-  int file_fd = -1;
-  uint64_t file_offset = 0;
-  Storage() = default;
-  Storage(const Storage&) = delete;
-  Storage& operator=(const Storage&) = delete;
-  ~Storage();
-};
+// The bytes a Tensor views: owned, mapped, a caller's buffer or a block of a session's pool. Its
+// definition is internal (src/core/storage.hpp); a Tensor shares it by reference count.
+struct Storage;
 
 class Tensor {
  public:
@@ -85,8 +67,8 @@ class Tensor {
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
 
-  void* raw() { return storage_ ? static_cast<char*>(storage_->data) : nullptr; }
-  const void* raw() const { return storage_ ? static_cast<const char*>(storage_->data) : nullptr; }
+  void* raw() { return data_; }
+  const void* raw() const { return data_; }
   template <class T>
   T* data() {
     return static_cast<T*>(raw());
@@ -101,9 +83,7 @@ class Tensor {
   // other Tensor shares them (a weight forwarded by Identity, a second output of the same value,
   // an input view are all not). No storage counts as exclusive. The C API and Python bindings copy
   // a run's outputs for which this is false.
-  bool owns_exclusively() const {
-    return !storage_ || ((storage_->owned || storage_->exclusive) && storage_.use_count() == 1);
-  }
+  bool owns_exclusively() const;
 
   // Same storage, new shape (numel must match). No copy.
   Tensor reshaped(Shape shape) const;
@@ -136,6 +116,7 @@ class Tensor {
   DType dtype_ = DType::Undefined;
   Shape shape_;
   std::shared_ptr<Storage> storage_;
+  void* data_ = nullptr;  // storage_'s bytes (cached: Storage is internal)
 };
 
 struct Value {

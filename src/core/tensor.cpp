@@ -1,6 +1,7 @@
 #include <basalt/tensor.hpp>
 
 #include "core/pages.hpp"
+#include "core/storage.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -117,6 +118,7 @@ void Tensor::allocate(bool zero) {
   } else if (zero && !mapped) {
     std::memset(p, 0, alloc);
   }
+  data_ = st->data;
   storage_ = std::move(st);
 }
 
@@ -131,6 +133,7 @@ Tensor Tensor::view(DType dtype, Shape shape, void* data, std::shared_ptr<const 
   st->dtype = dtype;
   st->owned = false;
   st->keep_alive = std::move(keep_alive);
+  t.data_ = st->data;
   t.storage_ = std::move(st);
   return t;
 }
@@ -141,6 +144,10 @@ Tensor Tensor::reshaped(Shape shape) const {
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;
+}
+
+bool Tensor::owns_exclusively() const {
+  return !storage_ || ((storage_->owned || storage_->exclusive) && storage_.use_count() == 1);
 }
 
 void Tensor::read_bytes(size_t offset, size_t n, void* dst) const {

@@ -5,6 +5,7 @@
 #include "onnx/tensor_proto.hpp"
 #include "ops/kernel.hpp"
 #include "graph/model.hpp"
+#include "core/storage.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -1,4 +1,5 @@
 #include "onnx/tensor_proto.hpp"
+#include "core/storage.hpp"
 
 #include <cstring>
 #include <filesystem>

@@ -7,6 +7,7 @@
 // out-of-range index is an InvalidArgument error naming the node.
 #include "ops/common.hpp"
 #include "core/thread_pool.hpp"
+#include "core/storage.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -4,6 +4,7 @@
 // basalt::FusedBatchNormalization (Extended). The fused ops are specified in docs/fused_ops.md.
 #include "ops/kernel.hpp"
 #include "opt/passes.hpp"
+#include "core/storage.hpp"
 
 #include <cmath>
 #include <limits>

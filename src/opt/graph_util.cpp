@@ -2,6 +2,7 @@
 
 #include "core/mapped_file.hpp"
 #include "ops/kernel.hpp"
+#include "core/storage.hpp"
 
 #include <algorithm>
 

@@ -3,6 +3,7 @@
 #include "core/config.hpp"
 #include "runtime/planner.hpp"
 #include "runtime/profiler.hpp"
+#include "core/storage.hpp"
 
 #include <algorithm>
 #include <cstdio>

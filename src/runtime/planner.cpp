@@ -4,6 +4,7 @@
 #include "core/pages.hpp"
 #include "ops/kernel.hpp"
 #include "runtime/shape_infer.hpp"
+#include "core/storage.hpp"
 
 #include <algorithm>
 #include <cstdio>

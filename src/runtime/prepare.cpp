@@ -6,6 +6,7 @@
 #include "ops/kernel.hpp"
 #include "graph/model.hpp"
 #include "core/thread_pool.hpp"
+#include "core/storage.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -1,4 +1,5 @@
 #include "runtime/profiler.hpp"
+#include "core/storage.hpp"
 
 #include <algorithm>
 #include <atomic>

@@ -5,7 +5,9 @@
 #include "runtime/planner.hpp"
 #include "graph/model.hpp"
 #include "runtime/profiler.hpp"
+#include "runtime/session_access.hpp"
 #include "core/thread_pool.hpp"
+#include "core/storage.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -46,11 +48,11 @@ static bool profiling_on(const SessionOptions& o) { return o.enable_profiling ||
 // creation is interleaved with graph building in the loader, so "prepare" is its summed time,
 // drawn at the end of the load span; the optimize phase is drawn where it ran, inside load.
 static void record_load(Session& s, int64_t t0, int64_t t1) {
-  Profiler* p = s.profiler();
+  Profiler* p = session_profiler(s);
   if (!p) return;
-  int64_t kc = std::min<int64_t>(s.model().kernel_create_ns, t1 - t0);
+  int64_t kc = std::min<int64_t>(session_model(s).kernel_create_ns, t1 - t0);
   p->add_phase("load", "parse the model, build graphs, create kernels", t0, t1);
-  const Model& m = s.model();
+  const Model& m = session_model(s);
   if (m.optimize_end_ns > m.optimize_start_ns && m.optimize_start_ns >= t0)
     p->add_phase("optimize", "graph optimization passes (src/opt)", m.optimize_start_ns, m.optimize_end_ns);
   p->add_phase("prepare", "kernel creation, summed: it is interleaved with graph building during load", t1 - kc, t1);
@@ -101,7 +103,7 @@ std::unique_ptr<Session> Session::open(const std::string& path, const SessionOpt
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
   int64_t t0 = prof_now_ns();
-  auto s = create(load_model_file(path, lo), opts);
+  auto s = SessionAccess::create(load_model_file(path, lo), opts);
   record_load(*s, t0, prof_now_ns());
   return s;
 }
@@ -111,12 +113,12 @@ std::unique_ptr<Session> Session::from_bytes(const void* data, size_t size, cons
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
   int64_t t0 = prof_now_ns();
-  auto s = create(load_model_bytes(data, size, lo), opts);
+  auto s = SessionAccess::create(load_model_bytes(data, size, lo), opts);
   record_load(*s, t0, prof_now_ns());
   return s;
 }
 
-std::unique_ptr<Session> Session::create(std::shared_ptr<Model> m, const SessionOptions& opts) {
+std::unique_ptr<Session> SessionAccess::create(std::shared_ptr<Model> m, const SessionOptions& opts) {
   auto impl = std::make_unique<Session::Impl>();
   impl->model = std::move(m);
   impl->opts = opts;
@@ -169,7 +171,7 @@ Session::~Session() {
   malloc_trim(0);
 }
 
-Profiler* Session::profiler() const { return impl_->profiler.get(); }
+Profiler* SessionAccess::profiler(const Session& s) { return s.impl_->profiler.get(); }
 
 std::string Session::end_profiling(const std::string& path) const {
   if (!impl_->profiler) BASALT_THROW(InvalidArgument, "end_profiling: profiling is off (set SessionOptions::profile_path or enable_profiling)");
@@ -181,7 +183,7 @@ std::string Session::end_profiling(const std::string& path) const {
 }
 const std::vector<IoInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
-const Model& Session::model() const { return *impl_->model; }
+const Model& SessionAccess::model(const Session& s) { return *s.impl_->model; }
 const SessionOptions& Session::options() const { return impl_->opts; }
 
 static std::string dims_str(const IoInfo& io) {

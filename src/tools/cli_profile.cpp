@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 #include <vector>
+#include "runtime/session_access.hpp"
 
 namespace basalt {
 
@@ -72,7 +73,7 @@ int cmd_profile(const std::vector<std::string>& args) {
 
   auto session = Session::open(model, opts);
   auto feeds = make_inputs(*session, spec);
-  Profiler& prof = *session->profiler();
+  Profiler& prof = *session_profiler(*session);
   for (int64_t k = 0; k < warmup; ++k) session->run(feeds);
   prof.clear_runs();
   for (int64_t k = 0; k < iters; ++k) session->run(feeds);

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <sys/resource.h>
 #include <unistd.h>
+#include "runtime/session_access.hpp"
 
 namespace basalt {
 
@@ -352,7 +353,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
   SessionOptions opts;
   opts.allow_unsupported = true;
   auto s = Session::open(args[0], opts);
-  const Model& m = s->model();
+  const Model& m = session_model(*s);
   std::printf("model: %s\n", args[0].c_str());
   std::printf("ir_version: %lld\n", (long long)m.ir_version);
   if (!m.producer_name.empty()) std::printf("producer: %s %s\n", m.producer_name.c_str(), m.producer_version.c_str());

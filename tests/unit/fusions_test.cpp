@@ -17,6 +17,7 @@
 #include <cstring>
 #include <iterator>
 #include <random>
+#include "runtime/session_access.hpp"
 
 namespace basalt {
 namespace {
@@ -135,7 +136,7 @@ std::map<std::string, int> check_equivalent(GraphBuilder& b, const std::vector<s
   EXPECT_EQ(y0.size(), y3.size());
   for (size_t i = 0; i < y0.size() && i < y3.size(); ++i) EXPECT_LE(rel_l2(y3[i].tensor, y0[i].tensor), tol) << "output " << i;
   std::map<std::string, int> fusions;
-  if (s3->model().optimize_report) fusions = s3->model().optimize_report->fusions;
+  if (session_model(*s3).optimize_report) fusions = session_model(*s3).optimize_report->fusions;
   return fusions;
 }
 

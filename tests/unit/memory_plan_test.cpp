@@ -11,6 +11,7 @@
 #include "graph/model.hpp"
 #include "runtime/planner.hpp"
 #include "core/thread_pool.hpp"
+#include "core/storage.hpp"
 
 #include <atomic>
 #include <cstring>
@@ -22,6 +23,7 @@
 
 #include <sys/mman.h>
 #include <unistd.h>
+#include "runtime/session_access.hpp"
 
 using namespace basalt;
 
@@ -471,7 +473,7 @@ int value_id(const Graph& g, const std::string& name) {
 
 TEST(MemoryPlanInPlace, ElementwiseOutputsTakeTheirDyingInput) {
   auto s = open(eltwise_model(), no_fusion());
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   std::vector<std::pair<DType, Shape>> sig = {{DType::Float, {2, 4, 16, 16}}};
   MemoryPlan p = build_memory_plan(g, sig, 2, 0, 0);
   auto of = [&](const char* name) {
@@ -545,7 +547,7 @@ TEST(MemoryPlanInPlace, ConcatInputsAreWrittenIntoTheOutput) {
   SessionOptions heap = no_fusion();
   heap.memory_plan = false;
   auto a = open(dense_model(), no_fusion()), h = open(dense_model(), heap);
-  const Graph& g = *a->model().graph;
+  const Graph& g = *session_model(*a).graph;
   MemoryPlan p = build_memory_plan(g, std::vector<std::pair<DType, Shape>>{{DType::Float, {1, 4, 16, 16}}}, 2, 0, 0);
   EXPECT_EQ(p.concat_in_place, 2);
   auto off = [&](const char* name) { return p.value_slot[size_t(value_id(g, name))].offset; };
@@ -569,7 +571,7 @@ TEST(MemoryPlanInPlace, ConcatInputsAreWrittenIntoTheOutput) {
 // wipe the input before the kernel read it, so it is refused (heap, counted); output_uninit gets it.
 TEST(MemoryPlanInPlace, ZeroFilledRequestForAnInPlaceSlotIsRefused) {
   auto s = open(eltwise_model(), no_fusion());
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   std::vector<std::pair<DType, Shape>> sig = {{DType::Float, {1, 4, 8, 8}}};
   MemoryPlan p = build_memory_plan(g, sig, 2, 0, 0);
   std::vector<char> mem(size_t(p.arena_bytes) + 64);
@@ -944,7 +946,7 @@ TEST(MemoryPlanInPlace, EveryListedKernelIsSafeInPlace) {
     SessionOptions in_place = no_fusion(), heap = no_fusion();
     heap.memory_plan = false;
     auto s = open(m, in_place), h = open(m, heap);
-    const Graph& g = *s->model().graph;
+    const Graph& g = *session_model(*s).graph;
     MemoryPlan p = build_memory_plan(g, std::vector<std::pair<DType, Shape>>{{DType::Float, {N, C, H, W}}}, 2, 0, 0);
     int b = value_id(g, "b");
     ASSERT_GE(b, 0);
@@ -965,7 +967,7 @@ TEST(MemoryPlanInPlace, ViewInputsShareTheirStorage) {
                         {floats("w1", {4, 4, 3, 3}, 0.05f), floats("w2", {4, 4, 3, 3}, 0.04f), int64s("flat", {1, 4, 64}),
                          int64s("back", {1, 4, 8, 8})});
   auto s = open(m, no_fusion());
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   MemoryPlan p = build_memory_plan(g, std::vector<std::pair<DType, Shape>>{{DType::Float, {1, 4, 8, 8}}}, 2, 0, 0);
   ASSERT_GE(value_id(g, "sg"), 0);
   EXPECT_EQ(p.in_place_of[size_t(value_id(g, "sg"))], value_id(g, "rs"));

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <random>
+#include "runtime/session_access.hpp"
 
 namespace basalt {
 namespace {
@@ -92,7 +93,7 @@ std::unique_ptr<Session> open(const std::string& bytes, int level) {
   return Session::from_bytes(bytes.data(), bytes.size(), o);
 }
 
-const OptimizeReport& report_of(const Session& s) { return *s.model().optimize_report; }
+const OptimizeReport& report_of(const Session& s) { return *session_model(s).optimize_report; }
 
 int count_ops(const Graph& g, const std::string& op) {
   int c = 0;
@@ -159,7 +160,7 @@ TEST(Optimizer, ConvBatchNormFoldsIntoConv) {
   std::string bytes = conv_bn().bytes();
   auto s = open(bytes, 1);
   EXPECT_EQ(report_of(*s).fusions.at("Conv+BatchNormalization"), 1);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].op_type, "Conv");
   EXPECT_EQ(g.nodes[0].name, "conv1");
@@ -203,7 +204,7 @@ TEST(Optimizer, ConvBatchNormNotFoldedWhenConvOutputHasAnotherConsumer) {
   auto s = open(b.bytes(), 1);
   EXPECT_EQ(report_of(*s).fusions.count("Conv+BatchNormalization"), 0u);
   EXPECT_TRUE(rejected_with(report_of(*s), "Conv+BatchNormalization", "2 consumers"));
-  EXPECT_EQ(count_ops(*s->model().graph, "BatchNormalization"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "BatchNormalization"), 1);
 }
 
 TEST(Optimizer, ConvBatchNormNotFoldedWhenConvOutputIsGraphOutput) {
@@ -211,13 +212,13 @@ TEST(Optimizer, ConvBatchNormNotFoldedWhenConvOutputIsGraphOutput) {
   b.output("C");
   auto s = open(b.bytes(), 1);
   EXPECT_TRUE(rejected_with(report_of(*s), "Conv+BatchNormalization", "graph output"));
-  EXPECT_EQ(count_ops(*s->model().graph, "BatchNormalization"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "BatchNormalization"), 1);
 }
 
 TEST(Optimizer, ConvBatchNormNotFoldedWithNonConstantWeight) {
   auto s = open(conv_bn(true).bytes(), 1);
   EXPECT_TRUE(rejected_with(report_of(*s), "Conv+BatchNormalization", "non-constant weight"));
-  EXPECT_EQ(count_ops(*s->model().graph, "BatchNormalization"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "BatchNormalization"), 1);
 }
 
 TEST(Optimizer, ConvBatchNormNotFoldedWithMismatchedShapes) {
@@ -232,7 +233,7 @@ TEST(Optimizer, ConvBatchNormNotFoldedWithMismatchedShapes) {
 
 TEST(Optimizer, LevelNoneChangesNothing) {
   auto s = open(conv_bn().bytes(), 0);
-  EXPECT_EQ(s->model().graph->nodes.size(), 2u);
+  EXPECT_EQ(session_model(*s).graph->nodes.size(), 2u);
   EXPECT_TRUE(report_of(*s).passes.empty());
 }
 
@@ -246,7 +247,7 @@ TEST(Optimizer, RemovesIdentityAndInferenceDropout) {
   b.output("Y");
   std::string bytes = b.bytes();
   auto s = open(bytes, 1);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].op_type, "Relu");
   EXPECT_EQ(g.values[size_t(g.nodes[0].outputs[0])].name, "Y");
@@ -266,7 +267,7 @@ TEST(Optimizer, KeepsDropoutWhoseMaskIsUsedAndIdentityOfAnInputThatIsAnOutput) {
   auto s = open(b.bytes(), 1);
   EXPECT_TRUE(rejected_with(report_of(*s), "Dropout", "mask output is used"));
   EXPECT_TRUE(rejected_with(report_of(*s), "Identity", "graph output"));
-  EXPECT_EQ(s->model().graph->nodes.size(), 2u);
+  EXPECT_EQ(session_model(*s).graph->nodes.size(), 2u);
 }
 
 TEST(Optimizer, FoldsConstantsAndStaticShapes) {
@@ -288,7 +289,7 @@ TEST(Optimizer, FoldsConstantsAndStaticShapes) {
   b.output("Y2");
   std::string bytes = b.bytes();
   auto s = open(bytes, 1);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   EXPECT_EQ(count_ops(g, "Shape"), 0);
   EXPECT_EQ(count_ops(g, "Gather"), 0);
   EXPECT_EQ(count_ops(g, "Concat"), 0);
@@ -309,8 +310,8 @@ TEST(Optimizer, DoesNotFoldShapeOfADynamicInputOrHugeResults) {
   b.node("ConstantOfShape", {"big"}, {"Z"}, {}, "cos");
   b.output("Z");
   auto s = open(b.bytes(), 1);
-  EXPECT_EQ(count_ops(*s->model().graph, "Shape"), 1);
-  EXPECT_EQ(count_ops(*s->model().graph, "ConstantOfShape"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "Shape"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "ConstantOfShape"), 1);
   EXPECT_TRUE(rejected_with(report_of(*s), "ConstantFolding", "1M-element bound"));
 }
 
@@ -331,8 +332,8 @@ TEST(Optimizer, FoldsReshapeChainsButNotWhenTheLastShapeCopiesADim) {
   auto s = open(bytes, 1);
   EXPECT_EQ(report_of(*s).fusions.at("Reshape chain folded"), 1);
   EXPECT_TRUE(rejected_with(report_of(*s), "Reshape chain", "0 entry"));
-  EXPECT_EQ(count_ops(*s->model().graph, "Reshape"), 3);
-  EXPECT_EQ(count_ops(*s->model().graph, "Flatten"), 0);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "Reshape"), 3);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "Flatten"), 0);
   expect_same_outputs(bytes, 1, {{"X", random_tensor({2, 3, 4}, 7)}});
 }
 
@@ -344,7 +345,7 @@ TEST(Optimizer, RemovesDeadNodes) {
   b.node("Sigmoid", {"X"}, {"Y"});
   b.output("Y");
   auto s = open(b.bytes(), 1);
-  ASSERT_EQ(s->model().graph->nodes.size(), 1u);
+  ASSERT_EQ(session_model(*s).graph->nodes.size(), 1u);
   EXPECT_EQ(report_of(*s).fusions.at("dead node removed"), 2);
 }
 
@@ -361,12 +362,12 @@ TEST(Optimizer, ConvBatchNormReluBecomesFusedConvAtExtended) {
   EXPECT_EQ(r.fusions.at("Conv+BatchNormalization"), 1);
   if (has_fused_conv_kernel()) {
     EXPECT_EQ(r.fusions.at("Conv+Relu"), 1);
-    const Graph& g = *s->model().graph;
+    const Graph& g = *session_model(*s).graph;
     ASSERT_EQ(g.nodes.size(), 1u);
     EXPECT_EQ(g.nodes[0].op_type, "FusedConv");
     EXPECT_EQ(g.nodes[0].domain, "basalt");
     EXPECT_EQ(g.nodes[0].attr_string("activation"), "Relu");
-    EXPECT_EQ(s->model().opsets.count("basalt"), 1u);
+    EXPECT_EQ(session_model(*s).opsets.count("basalt"), 1u);
     expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   } else {
     EXPECT_TRUE(rejected_with(r, "Conv+Relu", "no basalt::FusedConv kernel"));
@@ -397,7 +398,7 @@ TEST(Optimizer, ConvActivationNotFusedWhenConvOutputIsGraphOutput) {
   b.output("Y");
   auto s = open(b.bytes(), 2);
   EXPECT_TRUE(rejected_with(report_of(*s), "Conv+activation", "graph output"));
-  EXPECT_EQ(count_ops(*s->model().graph, "Conv"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "Conv"), 1);
 }
 
 TEST(Optimizer, ResidualAddWithMismatchedShapesIsNotFolded) {
@@ -411,7 +412,7 @@ TEST(Optimizer, ResidualAddWithMismatchedShapesIsNotFolded) {
   std::string bytes = b.bytes();
   auto s = open(bytes, 2);
   EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Add", "mismatched shapes"));
-  EXPECT_EQ(count_ops(*s->model().graph, "Add"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "Add"), 1);
   expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 2, 4, 4}, 2)}, {"Z", random_tensor({1, 2, 1, 1}, 3)}});
 }
 
@@ -431,8 +432,8 @@ TEST(Optimizer, ResidualAddAndReluFoldIntoFusedConv) {
     return;
   }
   EXPECT_EQ(report_of(*s).fusions.at("Conv+Add+Relu"), 1);
-  ASSERT_EQ(s->model().graph->nodes.size(), 1u);
-  EXPECT_EQ(s->model().graph->nodes[0].inputs.size(), 4u);
+  ASSERT_EQ(session_model(*s).graph->nodes.size(), 1u);
+  EXPECT_EQ(session_model(*s).graph->nodes[0].inputs.size(), 4u);
   expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 2, 5, 5}, 2)}});
 }
 
@@ -458,7 +459,7 @@ TEST(Optimizer, GemmActivationBecomesFusedMatMul) {
     return;
   }
   EXPECT_EQ(report_of(*s).fusions.at("Gemm+LeakyRelu"), 1);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].op_type, "FusedMatMul");
   EXPECT_EQ(g.nodes[0].attr_floats("activation_params"), (Floats{0.1f}));
@@ -469,7 +470,7 @@ TEST(Optimizer, GemmWithAFullMatrixBiasIsNotFused) {
   std::string bytes = gemm_act({3, 5}).bytes();
   auto s = open(bytes, 2);
   EXPECT_TRUE(rejected_with(report_of(*s), "Gemm+LeakyRelu", "mismatched shapes"));
-  EXPECT_EQ(count_ops(*s->model().graph, "Gemm"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "Gemm"), 1);
   expect_same_outputs(bytes, 2, {{"X", random_tensor({3, 4}, 3)}});
 }
 
@@ -484,7 +485,7 @@ TEST(Optimizer, ConvClipWithNonConstantBoundIsNotFused) {
   b.output("Y");
   auto s = open(b.bytes(), 2);
   EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Clip", "not a constant"));
-  EXPECT_EQ(count_ops(*s->model().graph, "Clip"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "Clip"), 1);
 }
 
 TEST(Optimizer, ResidualAddFusesWithSymbolicShapes) {
@@ -583,7 +584,7 @@ TEST(Optimizer, PassesRunInsideSubgraphsAndCapturedWeightsAreConstants) {
   b.output("Y");
   std::string bytes = b.bytes();
   auto s = open(bytes, 3);
-  const Graph& tg = *s->model().graph->nodes.at(0).attr_graph("then_branch");
+  const Graph& tg = *session_model(*s).graph->nodes.at(0).attr_graph("then_branch");
   EXPECT_EQ(count_ops(tg, "Identity"), 0);
   EXPECT_EQ(count_ops(tg, "Add"), 1);  // Add(outer_c, inner_c) folded; Add(X, k) stays
   expect_same_outputs(bytes, 3, {{"X", test::make_tensor<float>({3}, {0.5f, -1, 2})}});
@@ -679,7 +680,7 @@ TEST(OptimizerAffine, ConvMulAddFoldIntoTheConv) {
   std::string bytes = conv_affine().bytes();
   auto s = open(bytes, 1);
   EXPECT_EQ(report_of(*s).fusions.at("Conv+Mul/Add"), 2);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].op_type, "Conv");
   EXPECT_EQ(g.values[size_t(g.nodes[0].outputs[0])].name, "Y");
@@ -697,7 +698,7 @@ TEST(OptimizerAffine, SubAndDivByAConstantFoldButNotASpatialConstantOrZero) {
     std::string bytes = b.bytes();
     auto s = open(bytes, 1);
     EXPECT_EQ(report_of(*s).fusions.at("Conv+Mul/Add"), 4);
-    EXPECT_EQ(s->model().graph->nodes.size(), 1u);
+    EXPECT_EQ(session_model(*s).graph->nodes.size(), 1u);
     expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   }
   {
@@ -709,7 +710,7 @@ TEST(OptimizerAffine, SubAndDivByAConstantFoldButNotASpatialConstantOrZero) {
     std::string bytes = b.bytes();
     auto s = open(bytes, 1);
     EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Mul/Add", "neither a scalar nor one value per output channel"));
-    EXPECT_EQ(count_ops(*s->model().graph, "Mul"), 1);
+    EXPECT_EQ(count_ops(*session_model(*s).graph, "Mul"), 1);
     expect_same_outputs(bytes, 1, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   }
   {
@@ -720,7 +721,7 @@ TEST(OptimizerAffine, SubAndDivByAConstantFoldButNotASpatialConstantOrZero) {
     b.output("Z");
     auto s = open(b.bytes(), 1);
     EXPECT_TRUE(rejected_with(report_of(*s), "Conv+Mul/Add", "division by zero"));
-    EXPECT_EQ(count_ops(*s->model().graph, "Div"), 1);
+    EXPECT_EQ(count_ops(*session_model(*s).graph, "Div"), 1);
   }
 }
 
@@ -748,7 +749,7 @@ TEST(OptimizerAffine, MulAndSubAfterBatchNormFoldIntoIt) {
   std::string bytes = b.bytes();
   auto s = open(bytes, 1);
   EXPECT_EQ(report_of(*s).fusions.at("BatchNormalization+Mul/Add"), 2);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].op_type, "BatchNormalization");
   EXPECT_EQ(g.values[size_t(g.nodes[0].outputs[0])].name, "Y");
@@ -762,7 +763,7 @@ TEST(OptimizerAffine, MulAndSubAfterBatchNormFoldIntoIt) {
   std::string bytes2 = b2.bytes();
   auto s2 = open(bytes2, 1);
   EXPECT_TRUE(rejected_with(report_of(*s2), "BatchNormalization+Mul/Add", "neither a scalar nor one value per output channel"));
-  EXPECT_EQ(count_ops(*s2->model().graph, "Mul"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s2).graph, "Mul"), 1);
   expect_same_outputs(bytes2, 1, {{"X", random_tensor({1, 4, 6, 6}, 9)}});
 }
 
@@ -778,7 +779,7 @@ TEST(OptimizerAffine, BatchNormActivationBecomesFusedBatchNormalization) {
   std::string bytes = b.bytes();
   auto s = open(bytes, 2);
   EXPECT_EQ(report_of(*s).fusions.at("BatchNormalization+Clip"), 1);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   ASSERT_EQ(g.nodes.size(), 1u);
   EXPECT_EQ(g.nodes[0].op_type, "FusedBatchNormalization");
   EXPECT_EQ(g.nodes[0].name, "bn1");
@@ -790,7 +791,7 @@ TEST(OptimizerAffine, BatchNormActivationBecomesFusedBatchNormalization) {
   expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 4, 6, 6}, 9)}});
   // Basic level: standard ops only.
   auto basic = open(bytes, 1);
-  EXPECT_EQ(count_ops(*basic->model().graph, "BatchNormalization"), 1);
+  EXPECT_EQ(count_ops(*session_model(*basic).graph, "BatchNormalization"), 1);
 }
 
 // A float64 BatchNormalization -> Clip stays unfused (the fused op's activation parameters are
@@ -821,7 +822,7 @@ TEST(OptimizerAffine, Float64BatchNormActivationIsNotFused) {
   b.output("Y");
   std::string bytes = b.bytes();
   auto s = open(bytes, 2);
-  EXPECT_EQ(count_ops(*s->model().graph, "FusedBatchNormalization"), 0);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "FusedBatchNormalization"), 0);
   EXPECT_TRUE(rejected_with(report_of(*s), "BatchNormalization+Clip", "float64")) << "no rejection reason";
   Tensor x = dtensor({1, 3, 4, 4}, 5, -3, 3);
   Tensor y = s->run({{"X", Value(x)}})[0].tensor;
@@ -867,8 +868,8 @@ TEST(OptimizerAffine, SpelledOutHardSwishBecomesHardSwishThenFusedConv) {
   const auto& f = report_of(*s).fusions;
   EXPECT_EQ(f.at("HardSwish"), 1);
   EXPECT_EQ(f.at("Conv+HardSwish"), 1);
-  ASSERT_EQ(s->model().graph->nodes.size(), 1u);
-  EXPECT_EQ(s->model().graph->nodes[0].op_type, "FusedConv");
+  ASSERT_EQ(session_model(*s).graph->nodes.size(), 1u);
+  EXPECT_EQ(session_model(*s).graph->nodes[0].op_type, "FusedConv");
   expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   // At basic level nothing changes (HardSwish is an opset-14 rewrite: Extended).
@@ -915,7 +916,7 @@ TEST(OptimizerAffine, ScalarMulAddAfterAnActivationBecomePostAffine) {
     std::string bytes = conv_act_affine("HardSwish", "Mul", "Add").bytes();
     auto s = open(bytes, 2);
     EXPECT_EQ(report_of(*s).fusions.at("FusedConv+Mul/Add"), 1);
-    const Graph& g = *s->model().graph;
+    const Graph& g = *session_model(*s).graph;
     EXPECT_EQ(count_ops(g, "Mul"), 0);
     EXPECT_EQ(count_ops(g, "Add"), 0);
     ASSERT_EQ(g.nodes.size(), 2u);  // FusedConv (post_affine) and the last Conv
@@ -934,8 +935,8 @@ TEST(OptimizerAffine, ScalarMulAddAfterAnActivationBecomePostAffine) {
     EXPECT_EQ(report_of(*s3).fusions.at("FusedConv+Mul/Add"), 3);
     if (kernels::best_isa() >= kernels::Isa::Avx2) {
       int blocked_with_affine = 0;
-      for (auto& n : s3->model().graph->nodes) blocked_with_affine += n.op_type == "NchwcConv" && n.find_attr("post_affine");
-      EXPECT_EQ(count_ops(*s3->model().graph, "NchwcConv"), 4);
+      for (auto& n : session_model(*s3).graph->nodes) blocked_with_affine += n.op_type == "NchwcConv" && n.find_attr("post_affine");
+      EXPECT_EQ(count_ops(*session_model(*s3).graph, "NchwcConv"), 4);
       EXPECT_EQ(blocked_with_affine, 3);
     }
     expect_same_outputs(bytes, 3, feeds);
@@ -944,7 +945,7 @@ TEST(OptimizerAffine, ScalarMulAddAfterAnActivationBecomePostAffine) {
     std::string bytes = conv_act_affine("Relu", nullptr, "Sub").bytes();  // x - t alone: [1, -t]
     auto s = open(bytes, 2);
     EXPECT_EQ(report_of(*s).fusions.at("FusedConv+Mul/Add"), 1);
-    const Attribute* pa = s->model().graph->nodes[0].find_attr("post_affine");
+    const Attribute* pa = session_model(*s).graph->nodes[0].find_attr("post_affine");
     ASSERT_NE(pa, nullptr);
     EXPECT_EQ(pa->floats[0], 1.f);
     EXPECT_EQ(pa->floats[1], 0.625f);
@@ -962,7 +963,7 @@ TEST(OptimizerAffine, ScalarMulAddAfterAnActivationBecomePostAffine) {
     auto s = open(bytes, 2);
     EXPECT_EQ(report_of(*s).fusions.count("FusedConv+Mul/Add"), 0u);
     EXPECT_TRUE(rejected_with(report_of(*s), "FusedConv+Mul/Add", "not a constant float scalar"));
-    EXPECT_EQ(count_ops(*s->model().graph, "Mul"), 1);
+    EXPECT_EQ(count_ops(*session_model(*s).graph, "Mul"), 1);
     expect_same_outputs(bytes, 2, feeds);
   }
 }
@@ -971,7 +972,7 @@ TEST(OptimizerAffine, HardSwishNotMatchedWithOtherConstantsOrAnIntermediateInUse
   {
     auto s = open(conv_hardswish(2.f, false).bytes(), 3);  // x * Clip(x + 2, 0, 6) / 6 is not HardSwish
     EXPECT_EQ(report_of(*s).fusions.count("HardSwish"), 0u);
-    EXPECT_EQ(count_ops(*s->model().graph, "Clip"), 1);
+    EXPECT_EQ(count_ops(*session_model(*s).graph, "Clip"), 1);
   }
   {
     std::string bytes = conv_hardswish(3.f, true).bytes();  // the gate G is also a graph output
@@ -989,7 +990,7 @@ TEST(OptimizerAffine, HardSwishNotMatchedWithOtherConstantsOrAnIntermediateInUse
     std::string bytes = b.bytes();
     auto s = open(bytes, 3);
     EXPECT_EQ(report_of(*s).fusions.at("HardSwish"), 1);
-    EXPECT_EQ(count_ops(*s->model().graph, "HardSwish"), 1);
+    EXPECT_EQ(count_ops(*session_model(*s).graph, "HardSwish"), 1);
     expect_same_outputs(bytes, 3, {{"X", random_tensor({2, 5}, 9, -5.f, 5.f)}});
   }
 }
@@ -1026,7 +1027,7 @@ TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
   b.output("a1");  // a graph output that is blocked inside
   std::string bytes = b.bytes();
   auto s = open(bytes, 3);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   EXPECT_EQ(count_ops(g, "NchwcConv"), 6);
   EXPECT_EQ(count_ops(g, "NchwcMaxPool"), 1);
   EXPECT_EQ(count_ops(g, "NchwcGlobalAveragePool"), 1);
@@ -1041,7 +1042,7 @@ TEST(OptimizerLayout, NarrowAndDepthwiseChainRunsBlocked) {
   expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 20, 15, 13}, 9)}});
   // Extended: no layout change
   auto ext = open(bytes, 2);
-  EXPECT_EQ(count_ops(*ext->model().graph, "NchwcConv"), 0);
+  EXPECT_EQ(count_ops(*session_model(*ext).graph, "NchwcConv"), 0);
 }
 
 // 3x3 stride-1 convs with 64+ channels run Winograd on the blocked tensors (F(4x4) at 24x24,
@@ -1069,7 +1070,7 @@ TEST(OptimizerLayout, WinogradConvsStayInTheChain) {
   b.output("Y");
   std::string bytes = b.bytes();
   auto s = open(bytes, 3);
-  const Graph& g = *s->model().graph;
+  const Graph& g = *session_model(*s).graph;
   EXPECT_EQ(count_ops(g, "NchwcConv"), 4);
   EXPECT_EQ(count_ops(g, "ReorderToNchwc"), 0);
   EXPECT_EQ(count_ops(g, "ReorderFromNchwc"), 0);
@@ -1113,7 +1114,7 @@ TEST(OptimizerLayout, DenseBlockRunsBlocked) {
     b.output("Y");
     std::string bytes = b.bytes();
     auto s = open(bytes, 3);
-    const Graph& g = *s->model().graph;
+    const Graph& g = *session_model(*s).graph;
     EXPECT_EQ(count_ops(g, "NchwcBatchNormalization"), fed_scale ? 1 : 2) << "fed scale " << fed_scale;
     if (!fed_scale) {
       EXPECT_EQ(count_ops(g, "NchwcConv"), 4);
@@ -1142,7 +1143,7 @@ TEST(OptimizerLayout, WrongChannelCountIsAnError) {
   b.output("Y");
   std::string bytes = b.bytes();
   auto s = open(bytes, 3);
-  ASSERT_EQ(count_ops(*s->model().graph, "NchwcConv"), 4);
+  ASSERT_EQ(count_ops(*session_model(*s).graph, "NchwcConv"), 4);
   expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 20, 9, 9}, 9)}});
   try {
     s->run({{"X", random_tensor({1, 24, 9, 9}, 9)}});
@@ -1164,7 +1165,7 @@ TEST(OptimizerLayout, ShortChainWithReordersStaysNchw) {
   b.output("Y");
   std::string bytes = b.bytes();
   auto s = open(bytes, 3);
-  EXPECT_EQ(count_ops(*s->model().graph, "NchwcConv"), 0);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "NchwcConv"), 0);
   EXPECT_TRUE(rejected_with(report_of(*s), "NCHWc layout", "not worth"));
 }
 
@@ -1183,9 +1184,9 @@ TEST(OptimizerLayout, StemAloneRunsBlocked) {
   b.output("Y");
   std::string bytes = b.bytes();
   auto s = open(bytes, 3);
-  EXPECT_EQ(count_ops(*s->model().graph, "NchwcConv"), 1);
-  EXPECT_EQ(count_ops(*s->model().graph, "ReorderFromNchwc"), 1);
-  EXPECT_EQ(count_ops(*s->model().graph, "ReorderToNchwc"), 0);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "NchwcConv"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "ReorderFromNchwc"), 1);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "ReorderToNchwc"), 0);
   expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 13, 11}, 9)}});
 }
 
@@ -1243,7 +1244,7 @@ TEST(Optimizer, ResidualThroughChannelShuffleFolds) {
   auto s = open(bytes, 2);
   if (!has_fused_conv_kernel()) GTEST_SKIP() << "no basalt::FusedConv kernel";
   EXPECT_EQ(report_of(*s).fusions.at("Conv+Add+Relu"), 1);
-  EXPECT_EQ(count_ops(*s->model().graph, "Add"), 0);
+  EXPECT_EQ(count_ops(*session_model(*s).graph, "Add"), 0);
   expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 4, 5, 5}, 2)}});
 
   Builder t;
@@ -1257,7 +1258,7 @@ TEST(Optimizer, ResidualThroughChannelShuffleFolds) {
   t.output("tb");
   t.output("te");
   auto u = open(t.bytes(), 0);
-  const Graph& g = *u->model().graph;
+  const Graph& g = *session_model(*u).graph;
   const StaticShapes st = infer_static_shapes(g);
   Shape ta, tb, bs;
   ASSERT_TRUE(st.get(g.nodes[0].outputs[0], ta));

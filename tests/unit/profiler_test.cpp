@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 #include <unistd.h>
+#include "runtime/session_access.hpp"
 
 using namespace basalt;
 
@@ -27,7 +28,7 @@ static std::vector<std::pair<std::string, Value>> loop_feeds(int64_t trips) {
 TEST(Profiler, OffByDefault) {
   if (!std::filesystem::exists(kLoop11)) GTEST_SKIP() << "libonnx-testdata not installed";
   auto s = Session::open(kLoop11);
-  EXPECT_EQ(s->profiler(), nullptr);
+  EXPECT_EQ(session_profiler(*s), nullptr);
   s->run(loop_feeds(3));
   EXPECT_THROW(s->end_profiling("x.json"), Error);
 }
@@ -37,14 +38,14 @@ TEST(Profiler, RecordsEveryNodeOfConcurrentRuns) {
   SessionOptions o;
   o.enable_profiling = true;
   auto s = Session::open(kLoop11, o);
-  ASSERT_NE(s->profiler(), nullptr);
+  ASSERT_NE(session_profiler(*s), nullptr);
   std::vector<std::thread> th;
   for (int t = 0; t < 4; ++t)
     th.emplace_back([&] {
       for (int k = 0; k < 10; ++k) s->run(loop_feeds(3));
     });
   for (auto& t : th) t.join();
-  auto runs = s->profiler()->runs();
+  auto runs = session_profiler(*s)->runs();
   ASSERT_EQ(runs.size(), 40u);
   for (auto& r : runs) {
     // Loop + 3 iterations x 7 body nodes (its two Constants are folded at load).
@@ -58,7 +59,7 @@ TEST(Profiler, RecordsEveryNodeOfConcurrentRuns) {
     EXPECT_GE(r->nodes[0].start_ns, r->start_ns);
     EXPECT_LE(r->nodes[0].end_ns, r->end_ns);
   }
-  auto phases = s->profiler()->phases();
+  auto phases = session_profiler(*s)->phases();
   ASSERT_EQ(phases.size(), 3u);
   EXPECT_EQ(phases[0].name, "load");
   EXPECT_EQ(phases[1].name, "optimize");  // graph optimization, inside load (src/opt)

@@ -11,6 +11,7 @@
 
 #include "ops/kernel.hpp"
 #include "graph/model.hpp"
+#include "core/storage.hpp"
 
 #include <cstdio>
 #include <cstring>
