@@ -30,96 +30,66 @@ inline void axpy(int64_t n, float a, const float* x, float* y) {
 
 }  // namespace
 
+namespace {
+
+// Rows [i, i + 4) of C += A * B: 8-column tiles up to NP (N rounded down to 8) with tile j's B
+// rows at b_of(j), bstep floats apart; the columns past NP one by one from B itself.
+template <class BOf>
+void rows4(int64_t i, int64_t N, int64_t NP, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+           int64_t ldc, BOf&& b_of, int64_t bstep) {
+  const float* a0 = A + i * lda;
+  const float* a1 = a0 + lda;
+  const float* a2 = a1 + lda;
+  const float* a3 = a2 + lda;
+  float* c0 = C + i * ldc;
+  float* c1 = c0 + ldc;
+  float* c2 = c1 + ldc;
+  float* c3 = c2 + ldc;
+  for (int64_t j = 0; j < NP; j += 8) {
+    v4f r00 = ld4(c0 + j), r01 = ld4(c0 + j + 4), r10 = ld4(c1 + j), r11 = ld4(c1 + j + 4);
+    v4f r20 = ld4(c2 + j), r21 = ld4(c2 + j + 4), r30 = ld4(c3 + j), r31 = ld4(c3 + j + 4);
+    const float* b = b_of(j);
+    for (int64_t k = 0; k < K; ++k, b += bstep) {
+      v4f b0 = ld4(b), b1 = ld4(b + 4);
+      float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
+      r00 += x0 * b0;
+      r01 += x0 * b1;
+      r10 += x1 * b0;
+      r11 += x1 * b1;
+      r20 += x2 * b0;
+      r21 += x2 * b1;
+      r30 += x3 * b0;
+      r31 += x3 * b1;
+    }
+    st4(c0 + j, r00); st4(c0 + j + 4, r01); st4(c1 + j, r10); st4(c1 + j + 4, r11);
+    st4(c2 + j, r20); st4(c2 + j + 4, r21); st4(c3 + j, r30); st4(c3 + j + 4, r31);
+  }
+  for (int64_t j = NP; j < N; ++j) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      float bv = B[k * ldb + j];
+      s0 += a0[k] * bv;
+      s1 += a1[k] * bv;
+      s2 += a2[k] * bv;
+      s3 += a3[k] * bv;
+    }
+    c0[j] += s0; c1[j] += s1; c2[j] += s2; c3[j] += s3;
+  }
+}
+
+}  // namespace
+
 void sgemm_acc(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc) {
   int64_t i = 0;
-  int64_t NP = N / 8 * 8;
+  const int64_t NP = N / 8 * 8;
   if (M >= 8 && NP >= 16 && K >= 8) {
     // Pack the 8-column panels of B contiguously: panel p holds B[k, 8p..8p+8) for every k.
     std::vector<float> bp(size_t(NP * K));
     for (int64_t p = 0; p < NP / 8; ++p)
       for (int64_t k = 0; k < K; ++k) std::memcpy(&bp[size_t((p * K + k) * 8)], B + k * ldb + p * 8, 8 * sizeof(float));
-    for (; i + 4 <= M; i += 4) {
-      const float* a0 = A + i * lda;
-      const float* a1 = a0 + lda;
-      const float* a2 = a1 + lda;
-      const float* a3 = a2 + lda;
-      float* c0 = C + i * ldc;
-      float* c1 = c0 + ldc;
-      float* c2 = c1 + ldc;
-      float* c3 = c2 + ldc;
-      for (int64_t j = 0; j < NP; j += 8) {
-        v4f r00 = ld4(c0 + j), r01 = ld4(c0 + j + 4), r10 = ld4(c1 + j), r11 = ld4(c1 + j + 4);
-        v4f r20 = ld4(c2 + j), r21 = ld4(c2 + j + 4), r30 = ld4(c3 + j), r31 = ld4(c3 + j + 4);
-        const float* b = bp.data() + j * K;
-        for (int64_t k = 0; k < K; ++k, b += 8) {
-          v4f b0 = ld4(b), b1 = ld4(b + 4);
-          float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-          r00 += x0 * b0;
-          r01 += x0 * b1;
-          r10 += x1 * b0;
-          r11 += x1 * b1;
-          r20 += x2 * b0;
-          r21 += x2 * b1;
-          r30 += x3 * b0;
-          r31 += x3 * b1;
-        }
-        st4(c0 + j, r00); st4(c0 + j + 4, r01); st4(c1 + j, r10); st4(c1 + j + 4, r11);
-        st4(c2 + j, r20); st4(c2 + j + 4, r21); st4(c3 + j, r30); st4(c3 + j + 4, r31);
-      }
-      for (int64_t j = NP; j < N; ++j) {
-        float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (int64_t k = 0; k < K; ++k) {
-          float bv = B[k * ldb + j];
-          s0 += a0[k] * bv;
-          s1 += a1[k] * bv;
-          s2 += a2[k] * bv;
-          s3 += a3[k] * bv;
-        }
-        c0[j] += s0; c1[j] += s1; c2[j] += s2; c3[j] += s3;
-      }
-    }
+    for (; i + 4 <= M; i += 4) rows4(i, N, NP, K, A, lda, B, ldb, C, ldc, [&](int64_t j) { return bp.data() + j * K; }, 8);
   }
-  for (; i + 4 <= M; i += 4) {
-    const float* a0 = A + i * lda;
-    const float* a1 = a0 + lda;
-    const float* a2 = a1 + lda;
-    const float* a3 = a2 + lda;
-    float* c0 = C + i * ldc;
-    float* c1 = c0 + ldc;
-    float* c2 = c1 + ldc;
-    float* c3 = c2 + ldc;
-    int64_t j = 0;
-    for (; j + 8 <= N; j += 8) {
-      v4f r00 = ld4(c0 + j), r01 = ld4(c0 + j + 4), r10 = ld4(c1 + j), r11 = ld4(c1 + j + 4);
-      v4f r20 = ld4(c2 + j), r21 = ld4(c2 + j + 4), r30 = ld4(c3 + j), r31 = ld4(c3 + j + 4);
-      const float* b = B + j;
-      for (int64_t k = 0; k < K; ++k, b += ldb) {
-        v4f b0 = ld4(b), b1 = ld4(b + 4);
-        float x0 = a0[k], x1 = a1[k], x2 = a2[k], x3 = a3[k];
-        r00 += x0 * b0;
-        r01 += x0 * b1;
-        r10 += x1 * b0;
-        r11 += x1 * b1;
-        r20 += x2 * b0;
-        r21 += x2 * b1;
-        r30 += x3 * b0;
-        r31 += x3 * b1;
-      }
-      st4(c0 + j, r00); st4(c0 + j + 4, r01); st4(c1 + j, r10); st4(c1 + j + 4, r11);
-      st4(c2 + j, r20); st4(c2 + j + 4, r21); st4(c3 + j, r30); st4(c3 + j + 4, r31);
-    }
-    for (; j < N; ++j) {
-      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        float bv = B[k * ldb + j];
-        s0 += a0[k] * bv;
-        s1 += a1[k] * bv;
-        s2 += a2[k] * bv;
-        s3 += a3[k] * bv;
-      }
-      c0[j] += s0; c1[j] += s1; c2[j] += s2; c3[j] += s3;
-    }
-  }
+  for (; i + 4 <= M; i += 4) rows4(i, N, NP, K, A, lda, B, ldb, C, ldc, [&](int64_t j) { return B + j; }, ldb);
   for (; i < M; ++i) {
     float* c = C + i * ldc;
     const float* a = A + i * lda;

@@ -500,6 +500,20 @@ void swiglu_compute(KernelContext& ctx, double alpha) {
 // LinearAttention (27): recurrent linear attention with linear / gated / delta / gated_delta
 // update rules; packed [B, T, H*D] activations, state [B, H_kv, d_k, d_v].
 // ------------------------------------------------------------------------------------------
+// Inputs 0-2 (Q, K, V): one float type and the given rank. Returns the type.
+DType check_qkv(const KernelContext& ctx, int rank, const char* names, const char* layout) {
+  const Tensor& Q = ctx.input(0);
+  const Tensor& K = ctx.input(1);
+  const Tensor& V = ctx.input(2);
+  const DType dt = Q.dtype();
+  if (!is_float_like(dt)) unsupported_dtype(ctx, 0, dt);
+  if (K.dtype() != dt || V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, std::string(names) + " must have the same type");
+  if (Q.rank() != rank || K.rank() != rank || V.rank() != rank)
+    ctx.fail(ErrorCode::InvalidArgument, std::string(names) + " must be " + layout + "; got " + shp(Q.shape()) + ", " +
+                                             shp(K.shape()) + ", " + shp(V.shape()));
+  return dt;
+}
+
 struct LinearAttentionAttrs {
   int64_t q_heads = 0, kv_heads = 0;
   double scale = 0;
@@ -510,11 +524,7 @@ void linear_attention_compute(KernelContext& ctx, const LinearAttentionAttrs& a)
   const Tensor& Q = ctx.input(0);
   const Tensor& K = ctx.input(1);
   const Tensor& V = ctx.input(2);
-  const DType dt = Q.dtype();
-  if (!is_float_like(dt)) unsupported_dtype(ctx, 0, dt);
-  if (K.dtype() != dt || V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "query, key and value must have the same type");
-  if (Q.rank() != 3 || K.rank() != 3 || V.rank() != 3)
-    ctx.fail(ErrorCode::InvalidArgument, "query, key and value must be 3-D [batch, seq, heads*dim]; got " + shp(Q.shape()) + ", " + shp(K.shape()) + ", " + shp(V.shape()));
+  const DType dt = check_qkv(ctx, 3, "query, key and value", "3-D [batch, seq, heads*dim]");
   const int64_t B = Q.dim(0), T = Q.dim(1), Hq = a.q_heads, Hkv = a.kv_heads;
   if (K.dim(0) != B || V.dim(0) != B || K.dim(1) != T || V.dim(1) != T)
     ctx.fail(ErrorCode::InvalidArgument, "query, key and value must agree on batch and sequence sizes");
@@ -648,11 +658,7 @@ void flex_attention_compute(KernelContext& ctx, const FlexAttrs& a) {
   const Tensor& Q = ctx.input(0);
   const Tensor& K = ctx.input(1);
   const Tensor& V = ctx.input(2);
-  const DType dt = Q.dtype();
-  if (!is_float_like(dt)) unsupported_dtype(ctx, 0, dt);
-  if (K.dtype() != dt || V.dtype() != dt) ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must have the same type");
-  if (Q.rank() != 4 || K.rank() != 4 || V.rank() != 4)
-    ctx.fail(ErrorCode::InvalidArgument, "Q, K and V must be 4-D; got " + shp(Q.shape()) + ", " + shp(K.shape()) + ", " + shp(V.shape()));
+  const DType dt = check_qkv(ctx, 4, "Q, K and V", "4-D");
   const int64_t B = Q.dim(0), Hq = Q.dim(1), L = Q.dim(2), D = Q.dim(3), Hkv = K.dim(1), S = K.dim(2), Dv = V.dim(3);
   if (K.dim(0) != B || K.dim(3) != D) ctx.fail(ErrorCode::InvalidArgument, "K shape " + shp(K.shape()) + " does not match Q shape " + shp(Q.shape()));
   if (V.dim(0) != B || V.dim(1) != Hkv || V.dim(2) != S) ctx.fail(ErrorCode::InvalidArgument, "V shape " + shp(V.shape()) + " does not match K shape " + shp(K.shape()));

@@ -159,18 +159,23 @@ int jpeg_decode_c(const unsigned char* data, size_t n, unsigned char** out, long
   return 1;
 }
 
-Image decode_jpeg(const KernelContext& ctx, const uint8_t* d, size_t n) {
+// Runs one of the C-style decoders (jpeg_decode_c, png_decode_c: malloc'd pixels, an error
+// message buffer) and takes its pixels into an Image; a failure is an InvalidArgument naming fmt.
+using CDecoder = int (*)(const unsigned char*, size_t, unsigned char**, long*, long*, int*, char*);
+Image decode_with(const KernelContext& ctx, CDecoder decode, const char* fmt, const uint8_t* d, size_t n) {
   char err[kErrLen] = {0};
   unsigned char* out = nullptr;
   long w = 0, h = 0;
   int c = 0;
-  if (!jpeg_decode_c(d, n, &out, &w, &h, &c, err)) bad(ctx, "JPEG", err);
+  if (!decode(d, n, &out, &w, &h, &c, err)) bad(ctx, fmt, err);
   CBuf hold(out);
   Image img;
   img.w = w, img.h = h, img.c = c;
   img.px.assign(out, out + size_t(w) * size_t(h) * size_t(c));
   return img;
 }
+
+Image decode_jpeg(const KernelContext& ctx, const uint8_t* d, size_t n) { return decode_with(ctx, jpeg_decode_c, "JPEG", d, n); }
 
 // ------------------------------------------------------------------------------------------
 // PNG (libpng). C-style, like JPEG.
@@ -258,18 +263,7 @@ int png_decode_c(const unsigned char* data, size_t n, unsigned char** out, long*
   return 1;
 }
 
-Image decode_png(const KernelContext& ctx, const uint8_t* d, size_t n) {
-  char err[kErrLen] = {0};
-  unsigned char* out = nullptr;
-  long w = 0, h = 0;
-  int c = 0;
-  if (!png_decode_c(d, n, &out, &w, &h, &c, err)) bad(ctx, "PNG", err);
-  CBuf hold(out);
-  Image img;
-  img.w = w, img.h = h, img.c = c;
-  img.px.assign(out, out + size_t(w) * size_t(h) * size_t(c));
-  return img;
-}
+Image decode_png(const KernelContext& ctx, const uint8_t* d, size_t n) { return decode_with(ctx, png_decode_c, "PNG", d, n); }
 
 // ------------------------------------------------------------------------------------------
 // TIFF (libtiff, client I/O on a memory buffer). No longjmp: errors are returned.

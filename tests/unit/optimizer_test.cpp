@@ -873,7 +873,7 @@ TEST(OptimizerAffine, SpelledOutHardSwishBecomesHardSwishThenFusedConv) {
   expect_same_outputs(bytes, 2, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   expect_same_outputs(bytes, 3, {{"X", random_tensor({1, 3, 8, 8}, 9)}});
   // At basic level nothing changes (HardSwish is an opset-14 rewrite: Extended).
-  EXPECT_EQ(count_ops(*open(bytes, 1)->model().graph, "Clip"), 1);
+  EXPECT_EQ(count_ops(*session_model(*open(bytes, 1)).graph, "Clip"), 1);
 }
 
 // X[1,16,10,10] -> `blocks` x (Conv(pad 1) -> act -> [Mul(scalar)] -> [Add / Sub(scalar)]) ->
