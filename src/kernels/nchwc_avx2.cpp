@@ -468,115 +468,40 @@ void from_blocked_avx2(const float* xb, int64_t nc, int64_t HW, float* ys, int64
   }
 }
 
-// ------------------------------------------------------------------ pooling
+// ------------------------------------------------------------------ pooling (nchwc_pool.inc)
 
-namespace {
-
-// Output pixels [ow, ow + P) of row oh whose taps all lie inside the input row: P independent
-// accumulators, the same operations in the same tap order as the general loop, so the same results.
-template <int P>
-void pool_interior(const float* xp, float* yp, const Pool2D& g, const PoolTables& t, int64_t oh, int64_t ow, int64_t kh0,
-                   int64_t kh1) {
-  Blk acc[P];
-#pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) acc[p] = g.avg ? bzero() : bset1(-std::numeric_limits<float>::infinity());
-  for (int64_t kh = kh0; kh < kh1; ++kh) {
-    const float* xr = xp + ((oh * g.sh - g.ph + kh * g.dh) * g.W + ow * g.sw - g.pw) * 16;
-    for (int64_t kw = 0; kw < g.kw; ++kw) {
-      const float* xk = xr + kw * g.dw * 16;
-#pragma GCC unroll 8
-      for (int p = 0; p < P; ++p) {
-        const Blk v = bload(xk + p * g.sw * 16);
-        acc[p] = g.avg ? badd(acc[p], v) : bmax(v, acc[p]);
-      }
-    }
+// One channel block as two ymm (Blk).
+struct B {
+  using V = Blk;
+  static constexpr int kPoolPixels = 6;
+  static constexpr int kGlobalChains = 2;
+  static V load(const float* p) { return bload(p); }
+  static void store(float* p, V v) { bstore(p, v); }
+  static V zero() { return bzero(); }
+  static V set1(float f) { return bset1(f); }
+  static V add(V a, V b) { return badd(a, b); }
+  static V fmadd(V a, V b, V c) { return bfmadd(a, b, c); }
+  static V max(V v, V acc) { return bmax(v, acc); }
+  static V div(V v, float d) { return bdiv(v, _mm256_set1_ps(d)); }
+  static V act(V v, const Activation& a) { return bact(v, a); }
+  static void store_first(float* p, V v, int64_t n) {
+    alignas(32) float out[16];
+    bstore(out, v);
+    std::memcpy(p, out, size_t(n) * sizeof(float));
   }
-#pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) {
-    Blk r = acc[p];
-    if (g.avg) {
-      const size_t o = size_t(ow + p);
-      const float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[o] : t.cnt_h[size_t(oh)] * t.cnt_w[o];
-      r = bdiv(r, _mm256_set1_ps(cnt));
-    }
-    bstore(yp + (oh * g.OW + ow + p) * 16, r);
-  }
-}
+};
 
-}  // namespace
+#include "kernels/nchwc_pool.inc"
 
 void pool_planes_avx2(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t) {
-  constexpr int P = 6;
-  int64_t owa, owb;
-  interior_cols(g.pw, g.sw, g.dw, g.kw, g.W, g.OW, owa, owb);
-  for (int64_t pl = p0; pl < p1; ++pl) {
-    const float* xp = x + pl * g.H * g.W * 16;
-    float* yp = y + pl * g.OH * g.OW * 16;
-    for (int64_t oh = 0; oh < g.OH; ++oh) {
-      int64_t kh0, kh1;
-      valid_taps(oh, g.sh, g.ph, g.dh, g.kh, g.H, kh0, kh1);
-      auto pixel = [&](int64_t ow) {
-        Blk acc = g.avg ? bzero() : bset1(-std::numeric_limits<float>::infinity());
-        bool any = false;
-        for (int64_t kh = kh0; kh < kh1; ++kh) {
-          const float* xr = xp + (oh * g.sh - g.ph + kh * g.dh) * g.W * 16;
-          for (int64_t kw = 0; kw < g.kw; ++kw) {
-            const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
-            if (iw < 0 || iw >= g.W) continue;
-            const Blk v = bload(xr + iw * 16);
-            any = true;
-            acc = g.avg ? badd(acc, v) : bmax(v, acc);
-          }
-        }
-        if (g.avg) {
-          const float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[size_t(ow)]
-                                                : t.cnt_h[size_t(oh)] * t.cnt_w[size_t(ow)];
-          acc = cnt > 0 ? bdiv(acc, _mm256_set1_ps(cnt)) : bzero();
-        } else if (!any) {
-          acc = bzero();
-        }
-        bstore(yp + (oh * g.OW + ow) * 16, acc);
-      };
-      if (kh1 <= kh0) {  // no row of the window inside the input: the general loop's zeros
-        for (int64_t ow = 0; ow < g.OW; ++ow) pixel(ow);
-        continue;
-      }
-      for (int64_t ow = 0; ow < owa; ++ow) pixel(ow);
-      int64_t ow = owa;
-      for (; ow + P <= owb; ow += P) pool_interior<P>(xp, yp, g, t, oh, ow, kh0, kh1);
-      for (; ow < owb; ++ow) pool_interior<1>(xp, yp, g, t, oh, ow, kh0, kh1);
-      for (ow = owb; ow < g.OW; ++ow) pixel(ow);
-    }
-  }
+  pool_planes_blocked(x, y, p0, p1, g, t);
 }
 
-void global_pool_avx2(bool avg, const float* xb, int64_t nc, int64_t HW, float* y) {
-  // Two independent chains per half block (one add or max a pixel would be latency bound).
-  const Blk init = avg ? bzero() : bset1(-std::numeric_limits<float>::infinity());
-  Blk a0 = init, a1 = init;
-  int64_t p = 0;
-  for (; p + 2 <= HW; p += 2) {
-    const float* q = xb + p * 16;
-    if (avg) {
-      a0 = badd(a0, bload(q));
-      a1 = badd(a1, bload(q + 16));
-    } else {
-      a0 = bmax(bload(q), a0);
-      a1 = bmax(bload(q + 16), a1);
-    }
-  }
-  if (p < HW) a0 = avg ? badd(a0, bload(xb + p * 16)) : bmax(bload(xb + p * 16), a0);
-  Blk r = avg ? badd(a0, a1) : bmax(a0, a1);
-  if (avg) r = bdiv(r, _mm256_set1_ps(float(HW)));
-  alignas(32) float out[16];
-  bstore(out, r);
-  std::memcpy(y, out, size_t(nc) * sizeof(float));
-}
+void global_pool_avx2(bool avg, const float* xb, int64_t nc, int64_t HW, float* y) { global_pool_blocked(avg, xb, nc, HW, y); }
 
 void scale_shift_avx2(const float* xb, const float* scale, const float* shift, const Activation& act, float* yb,
                       int64_t p0, int64_t p1) {
-  const Blk sc = bload(scale), sh = bload(shift);
-  for (int64_t p = p0; p < p1; ++p) bstore(yb + p * 16, bact(bfmadd(bload(xb + p * 16), sc, sh), act));
+  scale_shift_blocked(xb, scale, shift, act, yb, p0, p1);
 }
 
 }  // namespace basalt::kernels::nchwc

@@ -601,132 +601,38 @@ void from_blocked_avx512(const float* xb, int64_t nc, int64_t HW, float* ys, int
   }
 }
 
-// ------------------------------------------------------------------ pooling
+// ------------------------------------------------------------------ pooling (nchwc_pool.inc)
 
-namespace {
+// One channel block as one zmm.
+struct B {
+  using V = __m512;
+  static constexpr int kPoolPixels = 8;
+  static constexpr int kGlobalChains = 4;
+  static V load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  static V zero() { return _mm512_setzero_ps(); }
+  static V set1(float f) { return _mm512_set1_ps(f); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V max(V v, V acc) { return vmax(v, acc); }
+  static V div(V v, float d) { return _mm512_div_ps(v, _mm512_set1_ps(d)); }
+  static V act(V v, const Activation& a) { return act_zmm(v, a); }
+  static void store_first(float* p, V v, int64_t n) { _mm512_mask_storeu_ps(p, first_lanes(n), v); }
+};
 
-// Output pixels [ow, ow + P) of row oh whose kw taps all lie inside the input row: P independent
-// accumulators (a max or sum chain per pixel is 4 cycles a tap; one pixel at a time was latency
-// bound). Same operations in the same tap order as the general loop below, so the same results.
-template <int P>
-void pool_interior(const float* xp, float* yp, const Pool2D& g, const PoolTables& t, int64_t oh, int64_t ow, int64_t kh0,
-                   int64_t kh1) {
-  __m512 acc[P];
-#pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) acc[p] = g.avg ? _mm512_setzero_ps() : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int64_t kh = kh0; kh < kh1; ++kh) {
-    const float* xr = xp + ((oh * g.sh - g.ph + kh * g.dh) * g.W + ow * g.sw - g.pw) * 16;
-    for (int64_t kw = 0; kw < g.kw; ++kw) {
-      const float* xk = xr + kw * g.dw * 16;
-#pragma GCC unroll 8
-      for (int p = 0; p < P; ++p) {
-        const __m512 v = _mm512_loadu_ps(xk + p * g.sw * 16);
-        acc[p] = g.avg ? _mm512_add_ps(acc[p], v) : vmax(v, acc[p]);
-      }
-    }
-  }
-#pragma GCC unroll 8
-  for (int p = 0; p < P; ++p) {
-    __m512 r = acc[p];
-    if (g.avg) {
-      const size_t o = size_t(ow + p);
-      const float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[o] : t.cnt_h[size_t(oh)] * t.cnt_w[o];
-      r = _mm512_div_ps(r, _mm512_set1_ps(cnt));  // (an interior pixel has taps: cnt > 0)
-    }
-    _mm512_storeu_ps(yp + (oh * g.OW + ow + p) * 16, r);
-  }
-}
-
-template <int P>
-void pool_interiors(const float* xp, float* yp, const Pool2D& g, const PoolTables& t, int64_t oh, int64_t ow, int64_t n,
-                    int64_t kh0, int64_t kh1) {
-  if constexpr (P > 1) {
-    if (n < P) return pool_interiors<P - 1>(xp, yp, g, t, oh, ow, n, kh0, kh1);
-  }
-  pool_interior<P>(xp, yp, g, t, oh, ow, kh0, kh1);
-}
-
-}  // namespace
+#include "kernels/nchwc_pool.inc"
 
 void pool_planes_avx512(const float* x, float* y, int64_t p0, int64_t p1, const Pool2D& g, const PoolTables& t) {
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  int64_t owa, owb;  // output columns [owa, owb): every tap inside the row
-  interior_cols(g.pw, g.sw, g.dw, g.kw, g.W, g.OW, owa, owb);
-  for (int64_t pl = p0; pl < p1; ++pl) {
-    const float* xp = x + pl * g.H * g.W * 16;
-    float* yp = y + pl * g.OH * g.OW * 16;
-    for (int64_t oh = 0; oh < g.OH; ++oh) {
-      int64_t kh0, kh1;
-      valid_taps(oh, g.sh, g.ph, g.dh, g.kh, g.H, kh0, kh1);
-      auto pixel = [&](int64_t ow) {
-        __m512 acc = g.avg ? _mm512_setzero_ps() : ninf;
-        bool any = false;
-        for (int64_t kh = kh0; kh < kh1; ++kh) {
-          const float* xr = xp + (oh * g.sh - g.ph + kh * g.dh) * g.W * 16;
-          for (int64_t kw = 0; kw < g.kw; ++kw) {
-            int64_t iw = ow * g.sw - g.pw + kw * g.dw;
-            if (iw < 0 || iw >= g.W) continue;
-            __m512 v = _mm512_loadu_ps(xr + iw * 16);
-            any = true;
-            if (g.avg) acc = _mm512_add_ps(acc, v);
-            else acc = vmax(v, acc);
-          }
-        }
-        if (g.avg) {
-          float cnt = g.count_include_pad ? t.pad_h[size_t(oh)] * t.pad_w[size_t(ow)]
-                                          : t.cnt_h[size_t(oh)] * t.cnt_w[size_t(ow)];
-          acc = cnt > 0 ? _mm512_div_ps(acc, _mm512_set1_ps(cnt)) : _mm512_setzero_ps();
-        } else if (!any) {
-          acc = _mm512_setzero_ps();
-        }
-        _mm512_storeu_ps(yp + (oh * g.OW + ow) * 16, acc);
-      };
-      if (kh1 <= kh0) {  // no row of the window inside the input: the general loop's zeros
-        for (int64_t ow = 0; ow < g.OW; ++ow) pixel(ow);
-        continue;
-      }
-      for (int64_t ow = 0; ow < owa; ++ow) pixel(ow);
-      for (int64_t ow = owa; ow < owb; ow += 8)
-        pool_interiors<8>(xp, yp, g, t, oh, ow, std::min<int64_t>(8, owb - ow), kh0, kh1);
-      for (int64_t ow = owb; ow < g.OW; ++ow) pixel(ow);
-    }
-  }
+  pool_planes_blocked(x, y, p0, p1, g, t);
 }
 
 void global_pool_avx512(bool avg, const float* xb, int64_t nc, int64_t HW, float* y) {
-  // Four independent chains (one add or max a pixel was latency bound), combined at the end.
-  const __m512 init = avg ? _mm512_setzero_ps() : _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 a0 = init, a1 = init, a2 = init, a3 = init;
-  int64_t p = 0;
-  for (; p + 4 <= HW; p += 4) {
-    const float* q = xb + p * 16;
-    if (avg) {
-      a0 = _mm512_add_ps(a0, _mm512_loadu_ps(q));
-      a1 = _mm512_add_ps(a1, _mm512_loadu_ps(q + 16));
-      a2 = _mm512_add_ps(a2, _mm512_loadu_ps(q + 32));
-      a3 = _mm512_add_ps(a3, _mm512_loadu_ps(q + 48));
-    } else {
-      a0 = vmax(_mm512_loadu_ps(q), a0);
-      a1 = vmax(_mm512_loadu_ps(q + 16), a1);
-      a2 = vmax(_mm512_loadu_ps(q + 32), a2);
-      a3 = vmax(_mm512_loadu_ps(q + 48), a3);
-    }
-  }
-  for (; p < HW; ++p) a0 = avg ? _mm512_add_ps(a0, _mm512_loadu_ps(xb + p * 16)) : vmax(_mm512_loadu_ps(xb + p * 16), a0);
-  __m512 r = avg ? _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))
-                 : vmax(vmax(a0, a1), vmax(a2, a3));
-  if (avg) r = _mm512_div_ps(r, _mm512_set1_ps(float(HW)));
-  _mm512_mask_storeu_ps(y, first_lanes(nc), r);
+  global_pool_blocked(avg, xb, nc, HW, y);
 }
 
 void scale_shift_avx512(const float* xb, const float* scale, const float* shift, const Activation& act, float* yb,
                         int64_t p0, int64_t p1) {
-  const __m512 sc = _mm512_loadu_ps(scale), sh = _mm512_loadu_ps(shift);
-  int64_t p = p0;
-  for (; p + 4 <= p1; p += 4)
-    for (int k = 0; k < 4; ++k)
-      _mm512_storeu_ps(yb + (p + k) * 16, act_zmm(_mm512_fmadd_ps(_mm512_loadu_ps(xb + (p + k) * 16), sc, sh), act));
-  for (; p < p1; ++p) _mm512_storeu_ps(yb + p * 16, act_zmm(_mm512_fmadd_ps(_mm512_loadu_ps(xb + p * 16), sc, sh), act));
+  scale_shift_blocked(xb, scale, shift, act, yb, p0, p1);
 }
 
 }  // namespace basalt::kernels::nchwc
