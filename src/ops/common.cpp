@@ -222,4 +222,13 @@ DType wider_float(DType a, DType b) {
   return a == b ? a : DType::Float;  // float16 vs bfloat16 promotes to float
 }
 
+std::optional<AutoPad> auto_pad_of(const Node& n) {
+  const std::string s = n.attr_string("auto_pad", "NOTSET");
+  if (s == "NOTSET" || s.empty()) return AutoPad::NotSet;
+  if (s == "SAME_UPPER") return AutoPad::SameUpper;
+  if (s == "SAME_LOWER") return AutoPad::SameLower;
+  if (s == "VALID") return AutoPad::Valid;
+  return std::nullopt;
+}
+
 }  // namespace basalt

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -190,5 +191,11 @@ std::vector<double> per_channel_param(const KernelContext& ctx, int input, int64
 double round_to(DType t, double x);
 // The wider of two float types (for mixed-precision products); float16 vs bfloat16 gives float.
 DType wider_float(DType a, DType b);
+
+// The auto_pad attribute of conv and pool nodes, parsed in one place ("" counts as NOTSET);
+// nullopt for a value the spec does not define.
+enum class AutoPad { NotSet, SameUpper, SameLower, Valid };
+std::optional<AutoPad> auto_pad_of(const Node& n);
+inline bool is_same_pad(AutoPad a) { return a == AutoPad::SameUpper || a == AutoPad::SameLower; }
 
 }  // namespace basalt

@@ -33,12 +33,9 @@ Tensor fromf(const Tensor& t, DType dt) {
 std::string vec_str(const std::vector<int64_t>& v) { return shape_str(v); }
 
 AutoPad parse_auto_pad(const Node& n) {
-  std::string s = n.attr_string("auto_pad", "NOTSET");
-  if (s == "NOTSET" || s.empty()) return AutoPad::NotSet;
-  if (s == "SAME_UPPER") return AutoPad::SameUpper;
-  if (s == "SAME_LOWER") return AutoPad::SameLower;
-  if (s == "VALID") return AutoPad::Valid;
-  n.fail(ErrorCode::InvalidModel, "auto_pad has invalid value '" + s + "'");
+  const std::optional<AutoPad> a = auto_pad_of(n);
+  if (!a) n.fail(ErrorCode::InvalidModel, "auto_pad has invalid value '" + n.attr_string("auto_pad", "") + "'");
+  return *a;
 }
 
 WinAttrs parse_win(const Node& n, bool kernel_required) {

@@ -34,7 +34,6 @@ Tensor tof(const Tensor& t);                // any numeric tensor as float32 (no
 Tensor fromf(const Tensor& t, DType dt);    // a float32 tensor converted to dt
 std::string vec_str(const std::vector<int64_t>& v);
 
-enum class AutoPad { NotSet, SameUpper, SameLower, Valid };
 AutoPad parse_auto_pad(const Node& n);  // InvalidModel on an unknown value
 
 // Window attributes of Conv/ConvTranspose/pools, parsed at load.

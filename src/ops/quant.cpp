@@ -559,16 +559,16 @@ void register_matmul(OpRegistry& r) {
 // ---------------------------------------------------------------------------------------------
 
 struct ConvAttrs {
-  std::string auto_pad = "NOTSET";
+  AutoPad auto_pad = AutoPad::NotSet;
   std::vector<int64_t> dilations, kernel_shape, pads, strides;
   int64_t group = 1;
 };
 
 ConvAttrs parse_conv(const Node& n) {
   ConvAttrs a;
-  a.auto_pad = n.attr_string("auto_pad", "NOTSET");
-  if (a.auto_pad != "NOTSET" && a.auto_pad != "SAME_UPPER" && a.auto_pad != "SAME_LOWER" && a.auto_pad != "VALID")
-    n.fail(ErrorCode::InvalidModel, "unknown auto_pad '" + a.auto_pad + "'");
+  const std::optional<AutoPad> ap = auto_pad_of(n);
+  if (!ap) n.fail(ErrorCode::InvalidModel, "unknown auto_pad '" + n.attr_string("auto_pad", "") + "'");
+  a.auto_pad = *ap;
   a.dilations = n.attr_ints("dilations", {});
   a.kernel_shape = n.attr_ints("kernel_shape", {});
   a.pads = n.attr_ints("pads", {});
@@ -605,7 +605,7 @@ Shape int_conv(KernelContext& ctx, const ConvAttrs& at, const Tensor& X, const T
   }
   for (int d = 0; d < nsp; ++d)
     if (st[size_t(d)] <= 0 || dl[size_t(d)] <= 0) ctx.fail(ErrorCode::InvalidArgument, "strides and dilations must be positive");
-  if (at.auto_pad == "NOTSET" && !at.pads.empty()) {
+  if (at.auto_pad == AutoPad::NotSet && !at.pads.empty()) {
     if (at.pads.size() != size_t(2 * nsp)) ctx.fail(ErrorCode::InvalidArgument, "pads has wrong length");
     for (int d = 0; d < nsp; ++d) {
       pb[size_t(d)] = at.pads[size_t(d)];
@@ -623,10 +623,10 @@ Shape int_conv(KernelContext& ctx, const ConvAttrs& at, const Tensor& X, const T
     if (__builtin_mul_overflow(ks[size_t(d)] - 1, dl[size_t(d)], &ek) || ek > (int64_t(1) << 50))
       ctx.fail(ErrorCode::InvalidArgument, "the dilated kernel of W " + shape_str(W.shape()) + " is too large");
     ek += 1;
-    if (at.auto_pad == "SAME_UPPER" || at.auto_pad == "SAME_LOWER") {
+    if (is_same_pad(at.auto_pad)) {
       int64_t o = (in + s - 1) / s;
       int64_t total = std::max<int64_t>(0, (o - 1) * s + ek - in);
-      pb[size_t(d)] = at.auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      pb[size_t(d)] = at.auto_pad == AutoPad::SameUpper ? total / 2 : total - total / 2;
       pe[size_t(d)] = total - pb[size_t(d)];
     }
     int64_t span = in + pb[size_t(d)] + pe[size_t(d)] - ek;

@@ -105,7 +105,9 @@ bool window_dims(const Node& n, const ShapeInputs& in_, const Shape& x, const st
   auto strides = n.attr_ints("strides", std::vector<int64_t>(sp, 1));
   auto dil = n.attr_ints("dilations", std::vector<int64_t>(sp, 1));
   auto pads = n.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
-  std::string ap = n.attr_string("auto_pad", "NOTSET");
+  const std::optional<AutoPad> pad_mode = auto_pad_of(n);
+  if (!pad_mode) return false;
+  const AutoPad ap = *pad_mode;
   if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp) return false;
   // Absurd attribute values (overflowing int64) leave the shape unknown; the kernel reports them.
   for (size_t i = 0; i < sp; ++i) {
@@ -117,12 +119,12 @@ bool window_dims(const Node& n, const ShapeInputs& in_, const Shape& x, const st
       // whichever Conv or pool computes it, so equal symbols stay equal down the graph.
       if (!is_symbol(in) || !in_.symbols) return false;
       const std::string sym = in_.symbols->name(in);
-      if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+      if (is_same_pad(ap)) {
         r[i + 2] = s == 1 ? in : in_.symbols->intern("ceil(" + sym + "/" + std::to_string(s) + ")");
         continue;
       }
       int64_t off;
-      if (ap == "VALID") off = 1 - ek;
+      if (ap == AutoPad::Valid) off = 1 - ek;
       else if (__builtin_add_overflow(pads[i], pads[i + sp], &off) || __builtin_sub_overflow(off, ek, &off)) return false;
       if (s == 1 && off == -1) r[i + 2] = in;
       else
@@ -131,10 +133,10 @@ bool window_dims(const Node& n, const ShapeInputs& in_, const Shape& x, const st
       continue;
     }
     int64_t o;
-    if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    if (is_same_pad(ap)) {
       if (__builtin_add_overflow(in, s - 1, &o)) return false;
       o /= s;
-    } else if (ap == "VALID") {
+    } else if (ap == AutoPad::Valid) {
       if (in < ek) return false;
       o = (in - ek) / s + 1;
     } else {
@@ -185,7 +187,9 @@ bool conv_transpose(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   auto pads = n.attr_ints("pads", std::vector<int64_t>(2 * sp, 0));
   auto opad = n.attr_ints("output_padding", std::vector<int64_t>(sp, 0));
   auto oshape = n.attr_ints("output_shape", {});
-  std::string ap = n.attr_string("auto_pad", "NOTSET");
+  const std::optional<AutoPad> pad_mode = auto_pad_of(n);
+  if (!pad_mode) return false;
+  const AutoPad ap = *pad_mode;
   if (k.size() != sp || strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp || opad.size() != sp) return false;
   Shape r = x;
   // Absurd attribute values (overflowing int64) leave the shape unknown; the kernel reports them.
@@ -194,7 +198,7 @@ bool conv_transpose(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
     if (!oshape.empty()) {
       if (oshape.size() != sp) return false;
       r[i + 2] = oshape[i];
-    } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    } else if (is_same_pad(ap)) {
       if (__builtin_mul_overflow(x[i + 2], strides[i], &r[i + 2])) return false;
     } else {
       int64_t a, b;

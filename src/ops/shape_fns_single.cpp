@@ -45,8 +45,7 @@ bool optional_numel_is(const ShapeInputs& in, size_t i, int64_t want) {
 
 // The window attributes as parse_win (ops/nn.cpp) accepts them.
 bool win_attrs_ok(const Node& n) {
-  const std::string ap = n.attr_string("auto_pad", "NOTSET");
-  if (ap != "NOTSET" && !ap.empty() && ap != "SAME_UPPER" && ap != "SAME_LOWER" && ap != "VALID") return false;
+  if (!auto_pad_of(n)) return false;
   for (const char* name : {"kernel_shape", "strides", "dilations", "pads"}) {
     for (int64_t v : n.attr_ints(name, {})) {
       if (v > INT32_MAX) return false;
@@ -454,8 +453,7 @@ bool softmax_cross_entropy_loss(const Node& n, const ShapeInputs& in, ShapeOutpu
 // dtype.
 bool qlinear_conv(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   if (!has(in, 0) || !has(in, 3) || !has(in, 7)) return false;
-  const std::string ap = n.attr_string("auto_pad", "NOTSET");
-  if (ap != "NOTSET" && ap != "SAME_UPPER" && ap != "SAME_LOWER" && ap != "VALID") return false;
+  if (!auto_pad_of(n)) return false;
   const int64_t group = n.attr_int("group", 1);
   if (group <= 0) return false;
   const Shape &x = in[0]->shape, &w = in[3]->shape;

@@ -24,6 +24,7 @@
 #include "kernels/nchwc.hpp"
 #include "kernels/winograd.hpp"
 #include "opt/passes.hpp"
+#include "ops/common.hpp"
 
 #include <cstdlib>
 #include <cstring>
@@ -43,9 +44,9 @@ bool env_disabled() {
 
 // Explicit 2-D pads of a conv or pool: auto_pad NOTSET / VALID only.
 bool explicit_pads(const Node& n, std::string& why) {
-  std::string ap = n.attr_string("auto_pad", "NOTSET");
-  if (ap != "NOTSET" && ap != "VALID" && !ap.empty()) {
-    why = "auto_pad " + ap;
+  const std::optional<AutoPad> ap = auto_pad_of(n);
+  if (!ap || (*ap != AutoPad::NotSet && *ap != AutoPad::Valid)) {
+    why = "auto_pad " + n.attr_string("auto_pad", "");
     return false;
   }
   return true;
@@ -310,7 +311,7 @@ struct NchwcLayout {
         if (!plain_input[i]) n.inputs[0] = blocked_input(n.inputs[0], n, cin);
         if (n.inputs.size() > 3 && n.inputs[3] >= 0) n.inputs[3] = blocked_input(n.inputs[3], n, cout);
         if (plain_input[i]) set_attr(n, make_attr_int("plain_input", 1));
-        if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
+        if (auto_pad_of(n) == AutoPad::Valid) remove_attr(n, "pads");
         remove_attr(n, "auto_pad");  // NOTSET or VALID: the pads say it
         n.op_type = "NchwcConv";
       } else if (global) {
@@ -319,7 +320,7 @@ struct NchwcLayout {
         n.op_type = n.op_type == "GlobalAveragePool" ? "NchwcGlobalAveragePool" : "NchwcGlobalMaxPool";
       } else if (n.op_type == "MaxPool" || n.op_type == "AveragePool") {
         n.inputs[0] = bval[size_t(n.inputs[0])];
-        if (n.attr_string("auto_pad", "NOTSET") == "VALID") remove_attr(n, "pads");
+        if (auto_pad_of(n) == AutoPad::Valid) remove_attr(n, "pads");
         remove_attr(n, "auto_pad");
         n.op_type = n.op_type == "MaxPool" ? "NchwcMaxPool" : "NchwcAveragePool";
       } else if (n.op_type == "BatchNormalization" || n.op_type == "FusedBatchNormalization") {
