@@ -199,6 +199,53 @@ struct ConvTiling {
     r1 = std::min(rows, r0 + rows_per_task);
   }
 };
+
+// The taps of a dense conv tile, each as tap.template operator()<N>(t) with the input channels
+// per tap known at compile time where they can be: N = 16 for a blocked input's full blocks and 0
+// (the run-time count) for its last tail_taps (a last block of fewer than 16 channels); for a
+// plain input N = 3 (RGB) or 0.
+template <bool PLAIN, class Tap>
+inline void for_each_tap(int64_t ntaps, int64_t tail_taps, int64_t nic, Tap&& tap) {
+  if constexpr (!PLAIN) {
+    const int64_t full = ntaps - tail_taps;
+    int64_t t = 0;
+    for (; t < full; ++t) tap.template operator()<16>(t);
+    for (; t < ntaps; ++t) tap.template operator()<0>(t);
+  } else if (nic == 3) {
+    for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<3>(t);
+  } else {
+    for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<0>(t);
+  }
+}
+
+// The task loop of the per-ISA conv_rows: a depthwise task is dw(n, channel block, rows r0..r1);
+// a dense one is seg(args, first output block, blocks in the group (<= 4), pixels p0..p1) with the
+// args' image pointers set for image n. max_segment: the most pixels a dense task may hold.
+template <class Dw, class Seg>
+void for_each_conv_task(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
+                        const float* residual, const Activation& act, float* y, int64_t task0, int64_t task1,
+                        int64_t max_segment, Dw&& dw, Seg&& seg) {
+  if (cw.depthwise) {
+    for (int64_t task = task0; task < task1; ++task) {
+      int64_t n, cb, r0, r1;
+      t.decode(task, n, cb, r0, r1);
+      dw(n, cb, r0, r1);
+    }
+    return;
+  }
+  DenseConvArgs a = dense_conv_args(cw, s, act);
+  if (t.row_len > max_segment) return;  // (conv_tiling and the kernel file disagree: never)
+  for (int64_t task = task0; task < task1; ++task) {
+    int64_t n, grp, sg, sg1;
+    t.decode(task, n, grp, sg, sg1);
+    const int64_t p0 = sg * t.row_len, p1 = std::min(s.OH * s.OW, p0 + t.row_len);
+    a.x = x + n * a.x_img;
+    a.y = y + n * a.y_img;
+    a.res = residual ? residual + n * a.y_img : nullptr;
+    const int64_t ob = grp * 4;
+    seg(a, ob, std::min<int64_t>(4, a.OB - ob), p0, p1);
+  }
+}
 // threads: how many will share the tasks (more, shorter segments when there are few).
 ConvTiling conv_tiling(const ConvWeights& cw, const Conv2dShape& s, int threads = 1);
 

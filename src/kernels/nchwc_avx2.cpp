@@ -101,18 +101,7 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
         }
       }
     };
-    if constexpr (!PLAIN) {
-      // the last tail_taps taps (the last input block of a layer whose channel count is not a
-      // multiple of 16) have only `nic` channels, the rest being padding (as in nchwc_avx512.cpp)
-      const int64_t full = ntaps - tail_taps;
-      int64_t t = 0;
-      for (; t < full; ++t) tap.template operator()<16>(t);
-      for (; t < ntaps; ++t) tap.template operator()<0>(t);
-    } else if (nic == 3) {
-      for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<3>(t);
-    } else {
-      for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<0>(t);
-    }
+    for_each_tap<PLAIN>(ntaps, tail_taps, nic, tap);
     if (epi) {
       const Blk b = bload(epi->bias);
       __m256 v[2 * P];
@@ -377,27 +366,13 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
 
 void conv_rows_avx2(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
                     const float* residual, const Activation& act, float* y, int64_t task0, int64_t task1) {
-  if (cw.depthwise) {
-    for (int64_t task = task0; task < task1; ++task) {
-      int64_t n, cb, r0, r1;
-      t.decode(task, n, cb, r0, r1);
-      dw_task(cw, s, x, residual, act, y, n, cb, r0, r1);
-    }
-    return;
-  }
-  DenseConvArgs a = dense_conv_args(cw, s, act);
-  if (t.row_len > kSegment) return;  // (conv_tiling and this file disagree: never)
-  for (int64_t task = task0; task < task1; ++task) {
-    int64_t n, grp, seg, seg1;
-    t.decode(task, n, grp, seg, seg1);
-    const int64_t p0 = seg * t.row_len, p1 = std::min(s.OH * s.OW, p0 + t.row_len);
-    a.x = x + n * a.x_img;
-    a.y = y + n * a.y_img;
-    a.res = residual ? residual + n * a.y_img : nullptr;
-    const int64_t ob = grp * 4, fg = std::min<int64_t>(4, a.OB - ob);
-    if (cw.plain_input) conv_segment<true>(a, ob, fg, p0, p1);
-    else conv_segment<false>(a, ob, fg, p0, p1);
-  }
+  for_each_conv_task(
+      cw, s, t, x, residual, act, y, task0, task1, kSegment,
+      [&](int64_t n, int64_t cb, int64_t r0, int64_t r1) { dw_task(cw, s, x, residual, act, y, n, cb, r0, r1); },
+      [&](const DenseConvArgs& a, int64_t ob, int64_t fg, int64_t p0, int64_t p1) {
+        if (cw.plain_input) conv_segment<true>(a, ob, fg, p0, p1);
+        else conv_segment<false>(a, ob, fg, p0, p1);
+      });
 }
 
 // ------------------------------------------------------------------ layout conversions

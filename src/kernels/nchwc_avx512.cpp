@@ -107,20 +107,11 @@ __attribute__((noinline)) void tile_kernel(const float* const* xp, const int64_t
         }
       }
     };
-    if constexpr (!PLAIN) {
-      // All 16 channels of every input block but the last one of a layer whose channel count is
-      // not a multiple of 16: its taps, the last tail_taps, have only `nic` (the padding channels
-      // are 0, and so are their weights). MobileNetV2's and Inception v1's 24-channel inputs: a
-      // quarter of those convs' FMAs multiplied zeros.
-      const int64_t full = ntaps - tail_taps;
-      int64_t t = 0;
-      for (; t < full; ++t) tap.template operator()<16>(t);
-      for (; t < ntaps; ++t) tap.template operator()<0>(t);
-    } else if (nic == 3) {
-      for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<3>(t);
-    } else {
-      for (int64_t t = 0; t < ntaps; ++t) tap.template operator()<0>(t);
-    }
+    // All 16 channels of every input block but the last one of a layer whose channel count is
+    // not a multiple of 16: its taps, the last tail_taps, have only `nic` (the padding channels
+    // are 0, and so are their weights). MobileNetV2's and Inception v1's 24-channel inputs: a
+    // quarter of those convs' FMAs multiplied zeros.
+    for_each_tap<PLAIN>(ntaps, tail_taps, nic, tap);
     if (epi) {
 #pragma GCC unroll 4
       for (int f = 0; f < F; ++f) {
@@ -458,41 +449,22 @@ void dw_task(const ConvWeights& cw, const Conv2dShape& s, const float* x, const 
 
 void conv_rows_avx512(const ConvWeights& cw, const Conv2dShape& s, const ConvTiling& t, const float* x,
                       const float* residual, const Activation& act, float* y, int64_t task0, int64_t task1) {
-  if (cw.depthwise) {
-    for (int64_t task = task0; task < task1; ++task) {
-      int64_t n, cb, r0, r1;
-      t.decode(task, n, cb, r0, r1);
-      dw_task(cw, s, x, residual, act, y, n, cb, r0, r1);
-    }
-    return;
-  }
-  DenseConvArgs a = dense_conv_args(cw, s, act);
-  if (t.row_len > kSegment) return;  // (conv_tiling and this file disagree: never)
-  for (int64_t task = task0; task < task1; ++task) {
-    int64_t n, grp, seg, seg1;
-    t.decode(task, n, grp, seg, seg1);
-    int64_t p0 = seg * t.row_len, p1 = std::min(s.OH * s.OW, p0 + t.row_len);
-    a.x = x + n * a.x_img;
-    a.y = y + n * a.y_img;
-    a.res = residual ? residual + n * a.y_img : nullptr;
-    const int64_t ob = grp * 4;
-    const int F = int(std::min<int64_t>(4, a.OB - ob));
-    if (cw.plain_input) {
-      switch (F) {
-        case 1: conv_segment<1, true>(a, ob, p0, p1); break;
-        case 2: conv_segment<2, true>(a, ob, p0, p1); break;
-        case 3: conv_segment<3, true>(a, ob, p0, p1); break;
-        default: conv_segment<4, true>(a, ob, p0, p1); break;
-      }
-    } else {
-      switch (F) {
-        case 1: conv_segment<1, false>(a, ob, p0, p1); break;
-        case 2: conv_segment<2, false>(a, ob, p0, p1); break;
-        case 3: conv_segment<3, false>(a, ob, p0, p1); break;
-        default: conv_segment<4, false>(a, ob, p0, p1); break;
-      }
-    }
-  }
+  for_each_conv_task(
+      cw, s, t, x, residual, act, y, task0, task1, kSegment,
+      [&](int64_t n, int64_t cb, int64_t r0, int64_t r1) { dw_task(cw, s, x, residual, act, y, n, cb, r0, r1); },
+      [&](const DenseConvArgs& a, int64_t ob, int64_t fg, int64_t p0, int64_t p1) {
+        // F output blocks at once: the tile's accumulators are P x F zmm.
+        switch (int(fg) + (cw.plain_input ? 4 : 0)) {
+          case 1: conv_segment<1, false>(a, ob, p0, p1); break;
+          case 2: conv_segment<2, false>(a, ob, p0, p1); break;
+          case 3: conv_segment<3, false>(a, ob, p0, p1); break;
+          case 4: conv_segment<4, false>(a, ob, p0, p1); break;
+          case 5: conv_segment<1, true>(a, ob, p0, p1); break;
+          case 6: conv_segment<2, true>(a, ob, p0, p1); break;
+          case 7: conv_segment<3, true>(a, ob, p0, p1); break;
+          default: conv_segment<4, true>(a, ob, p0, p1); break;
+        }
+      });
 }
 
 // ------------------------------------------------------------------ layout conversions

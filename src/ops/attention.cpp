@@ -155,32 +155,22 @@ void gather_qkv(KernelContext& ctx, const AttnDims& z, std::vector<double>& qv, 
           size_t src = rank == 4 ? size_t(((b * Hq + h) * Sq + s) * D + d) : size_t((b * Sq + s) * Hq * D + h * D + d);
           qv[size_t(((b * Hq + h) * Sq + s) * D + d)] = q[src];
         }
-  {
-    std::vector<double> pk, pv;
-    if (PK) pk = to_doubles(*PK), pv = to_doubles(*PV);
+  // past (4-D) then new (3-D packed or 4-D) rows of K or V, Dk values each.
+  auto join = [&](const Tensor* past, const std::vector<double>& in, int64_t Dk, std::vector<double>& all) {
+    std::vector<double> pst;
+    if (past) pst = to_doubles(*past);
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < Hkv; ++h)
-        for (int64_t t = 0; t < T; ++t) {
-          for (int64_t d = 0; d < D; ++d) {
-            double x;
-            if (t < P) x = pk[size_t(((b * Hkv + h) * P + t) * D + d)];
-            else {
-              int64_t s = t - P;
-              x = kin[rank == 4 ? size_t(((b * Hkv + h) * Skv + s) * D + d) : size_t((b * Skv + s) * Hkv * D + h * D + d)];
-            }
-            kall[size_t(((b * Hkv + h) * T + t) * D + d)] = x;
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t d = 0; d < Dk; ++d) {
+            const int64_t s = t - P;
+            all[size_t(((b * Hkv + h) * T + t) * Dk + d)] =
+                t < P ? pst[size_t(((b * Hkv + h) * P + t) * Dk + d)]
+                      : in[rank == 4 ? size_t(((b * Hkv + h) * Skv + s) * Dk + d) : size_t((b * Skv + s) * Hkv * Dk + h * Dk + d)];
           }
-          for (int64_t d = 0; d < Dv; ++d) {
-            double x;
-            if (t < P) x = pv[size_t(((b * Hkv + h) * P + t) * Dv + d)];
-            else {
-              int64_t s = t - P;
-              x = vin[rank == 4 ? size_t(((b * Hkv + h) * Skv + s) * Dv + d) : size_t((b * Skv + s) * Hkv * Dv + h * Dv + d)];
-            }
-            vall[size_t(((b * Hkv + h) * T + t) * Dv + d)] = x;
-          }
-        }
-  }
+  };
+  join(PK, kin, D, kall);
+  join(PV, vin, Dv, vall);
 }
 
 // The attention mask broadcast (numpy rules, right-aligned) to [B, Hq, Sq, T]; a last dim

@@ -321,6 +321,18 @@ static void register_batch_norm(OpRegistry& r) {
   r.add("basalt", "FusedBatchNormalization", 1, INT_MAX, [=](const Node& n) { return make_bn(n, true); });
 }
 
+// Mean and 1 / sqrt(variance + eps) of n contiguous values (mean 0 and variance 0 when n is 0).
+void moments(const double* p, int64_t n, float eps, double& mean, double& inv) {
+  double m = 0;
+  for (int64_t k = 0; k < n; ++k) m += p[k];
+  m = n ? m / double(n) : 0;
+  double q = 0;
+  for (int64_t k = 0; k < n; ++k) q += (p[k] - m) * (p[k] - m);
+  q = n ? q / double(n) : 0;
+  mean = m;
+  inv = 1.0 / std::sqrt(q + double(eps));
+}
+
 static void register_instance_norm(OpRegistry& r) {
   // InstanceNormalization
   for (int v : {1, 6}) {
@@ -339,13 +351,8 @@ static void register_instance_norm(OpRegistry& r) {
         for (int64_t b = 0; b < N; ++b)
           for (int64_t c = 0; c < C; ++c) {
             const double* p = xs.data() + (b * C + c) * S;
-            double m = 0;
-            for (int64_t k = 0; k < S; ++k) m += p[k];
-            m = S ? m / double(S) : 0;
-            double q = 0;
-            for (int64_t k = 0; k < S; ++k) q += (p[k] - m) * (p[k] - m);
-            q = S ? q / double(S) : 0;
-            double inv = 1.0 / std::sqrt(q + double(eps));
+            double m, inv;
+            moments(p, S, eps, m, inv);
             for (int64_t k = 0; k < S; ++k)
               ys[size_t((b * C + c) * S + k)] = (p[k] - m) * inv * sc[size_t(c)] + bi[size_t(c)];
           }
@@ -402,13 +409,8 @@ static void register_group_norm(OpRegistry& r) {
         for (int64_t b = 0; b < N; ++b)
           for (int64_t g = 0; g < G; ++g) {
             const double* p = xs.data() + (b * C + g * cpg) * S;
-            double m = 0;
-            for (int64_t k = 0; k < gs; ++k) m += p[k];
-            m = gs ? m / double(gs) : 0;
-            double q = 0;
-            for (int64_t k = 0; k < gs; ++k) q += (p[k] - m) * (p[k] - m);
-            q = gs ? q / double(gs) : 0;
-            double inv = 1.0 / std::sqrt(q + double(eps));
+            double m, inv;
+            moments(p, gs, eps, m, inv);
             for (int64_t k = 0; k < gs; ++k) {
               int64_t c = g * cpg + k / (S ? S : 1);
               ys[size_t((b * C + g * cpg) * S + k)] = (p[k] - m) * inv * sc[size_t(c)] + bi[size_t(c)];

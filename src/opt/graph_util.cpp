@@ -103,38 +103,38 @@ void reindex(Graph& g) {
   g.finalize();
 }
 
-Attribute make_attr_int(const std::string& name, int64_t v) {
+namespace {
+// An attribute with a name and a type; the caller sets its value.
+Attribute named_attr(const std::string& name, Attribute::Type type) {
   Attribute a;
   a.name = name;
-  a.type = Attribute::Type::Int;
+  a.type = type;
+  return a;
+}
+}  // namespace
+
+Attribute make_attr_int(const std::string& name, int64_t v) {
+  Attribute a = named_attr(name, Attribute::Type::Int);
   a.i = v;
   return a;
 }
 Attribute make_attr_float(const std::string& name, float v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Float;
+  Attribute a = named_attr(name, Attribute::Type::Float);
   a.f = v;
   return a;
 }
 Attribute make_attr_string(const std::string& name, const std::string& v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::String;
+  Attribute a = named_attr(name, Attribute::Type::String);
   a.s = v;
   return a;
 }
 Attribute make_attr_ints(const std::string& name, std::vector<int64_t> v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Ints;
+  Attribute a = named_attr(name, Attribute::Type::Ints);
   a.ints = std::move(v);
   return a;
 }
 Attribute make_attr_floats(const std::string& name, std::vector<float> v) {
-  Attribute a;
-  a.name = name;
-  a.type = Attribute::Type::Floats;
+  Attribute a = named_attr(name, Attribute::Type::Floats);
   a.floats = std::move(v);
   return a;
 }

@@ -119,7 +119,13 @@ BenchArgs parse_bench_args(const std::vector<std::string>& args) {
 }
 
 int cmd_bench(const std::vector<std::string>& args) {
-  auto [spec, model, opts, warmup, iters, concurrency, json, concurrency_given] = parse_bench_args(args);
+  // (references, not structured bindings: clang 14 cannot capture those in the lambdas below)
+  BenchArgs parsed = parse_bench_args(args);
+  InputSpec& spec = parsed.spec;
+  const std::string& model = parsed.model;
+  SessionOptions& opts = parsed.opts;
+  const int64_t warmup = parsed.warmup, iters = parsed.iters, concurrency = parsed.concurrency;
+  const bool json = parsed.json, concurrency_given = parsed.concurrency_given;
 
   double rss_before_load = rss_now_mb();
   auto t0 = Clock::now();

@@ -69,7 +69,11 @@ ProfileArgs parse_profile_args(const std::vector<std::string>& args) {
 }
 
 int cmd_profile(const std::vector<std::string>& args) {
-  auto [spec, model, opts, iters, warmup, top] = parse_profile_args(args);
+  ProfileArgs parsed = parse_profile_args(args);
+  InputSpec& spec = parsed.spec;
+  const std::string& model = parsed.model;
+  SessionOptions& opts = parsed.opts;
+  const int64_t iters = parsed.iters, warmup = parsed.warmup, top = parsed.top;
 
   auto session = Session::open(model, opts);
   auto feeds = make_inputs(*session, spec);

@@ -634,14 +634,7 @@ namespace {
 Tensor run_prepared(const std::string& op, int opset, std::vector<Value> inputs, std::vector<Attribute> attrs,
                     std::vector<bool> constant, int threads, const std::string& domain = "",
                     size_t* packed_bytes = nullptr) {
-  Node n;
-  n.name = "t";
-  n.op_type = op;
-  n.domain = domain;
-  n.opset = opset;
-  n.attrs = std::move(attrs);
-  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
-  n.outputs.push_back(100);
+  Node n = test_node(domain, op, opset, inputs, std::move(attrs), 1);
   const KernelFactory* f = OpRegistry::instance().find(domain, op, opset);
   if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
   n.kernel = (*f)(n);

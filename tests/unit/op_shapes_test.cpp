@@ -40,19 +40,6 @@ Tensor os_strings(std::vector<std::string> v) {
   return t;
 }
 
-// The node run_op builds: input i is value i (-1 when omitted), outputs 100 + k.
-Node os_node(const std::string& domain, const std::string& op, int opset, const std::vector<Value>& inputs,
-             std::vector<Attribute> attrs, int outputs) {
-  Node n;
-  n.name = "t";
-  n.op_type = op;
-  n.domain = domain;
-  n.opset = opset;
-  n.attrs = std::move(attrs);
-  for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
-  for (int k = 0; k < outputs; ++k) n.outputs.push_back(100 + k);
-  return n;
-}
 
 const OpTraits& os_traits(const std::string& domain, const std::string& op) {
   const OpTraits* t = OpRegistry::instance().traits(domain, op);
@@ -66,7 +53,7 @@ bool os_infer(const std::string& domain, const std::string& op, int opset, const
               const std::vector<Attribute>& attrs, int outputs, ShapeOutputs& out,
               const std::vector<size_t>& with_values = {}) {
   const OpTraits& t = os_traits(domain, op);
-  Node n = os_node(domain, op, opset, inputs, attrs, outputs);
+  Node n = test_node(domain, op, opset, inputs, attrs, outputs);
   std::vector<InferredValue> iv(inputs.size());
   ShapeInputs in;
   in.v.assign(inputs.size(), nullptr);
@@ -93,7 +80,7 @@ bool os_infer_shapes(const std::string& domain, const std::string& op, int opset
                      std::vector<Attribute> attrs, int outputs = 1) {
   const OpTraits& t = os_traits(domain, op);
   std::vector<Value> dummy(ins.size(), Value(Tensor::scalar<float>(0)));
-  Node n = os_node(domain, op, opset, dummy, std::move(attrs), outputs);
+  Node n = test_node(domain, op, opset, dummy, std::move(attrs), outputs);
   std::vector<InferredValue> iv(ins.size());
   ShapeInputs in;
   for (size_t i = 0; i < ins.size(); ++i) {
@@ -506,7 +493,7 @@ TEST(OpShapes, SymbolicPassThrough) {
     const OpTraits& t = os_traits(domain, op);
     EXPECT_TRUE(t.symbolic) << op;
     std::vector<Value> dummy(ivs.size(), Value(Tensor::scalar<float>(0)));
-    Node n = os_node(domain, op, opset, dummy, std::move(attrs), outputs);
+    Node n = test_node(domain, op, opset, dummy, std::move(attrs), outputs);
     ShapeInputs in;
     in.symbols = &sym;
     for (auto& v : ivs) in.v.push_back(&v);

@@ -73,9 +73,9 @@ inline Attribute attr(const std::string& name, Strings v) {
 // Value() among the inputs is an omitted optional input. Errors from the kernel's factory
 // (attribute validation) and from compute() propagate; a missing kernel is Unsupported.
 // threads > 1: the kernel runs on a pool of that many threads (spinning off).
-inline std::vector<Value> run_op(const std::string& op, int opset, std::vector<Value> inputs,
-                                 std::vector<Attribute> attrs = {}, int num_outputs = 1,
-                                 const std::string& domain = "", int threads = 1) {
+// The node the op tests run: input i is value i (-1 for a None Value), outputs are 100 + k.
+inline Node test_node(const std::string& domain, const std::string& op, int opset, const std::vector<Value>& inputs,
+                      std::vector<Attribute> attrs, int num_outputs) {
   Node n;
   n.name = "t";
   n.op_type = op;
@@ -84,6 +84,13 @@ inline std::vector<Value> run_op(const std::string& op, int opset, std::vector<V
   n.attrs = std::move(attrs);
   for (size_t i = 0; i < inputs.size(); ++i) n.inputs.push_back(inputs[i].is_none() ? -1 : int(i));
   for (int i = 0; i < num_outputs; ++i) n.outputs.push_back(100 + i);
+  return n;
+}
+
+inline std::vector<Value> run_op(const std::string& op, int opset, std::vector<Value> inputs,
+                                 std::vector<Attribute> attrs = {}, int num_outputs = 1,
+                                 const std::string& domain = "", int threads = 1) {
+  Node n = test_node(domain, op, opset, inputs, std::move(attrs), num_outputs);
   const KernelFactory* f = OpRegistry::instance().find(domain, op, opset);
   if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
   n.kernel = (*f)(n);
