@@ -44,13 +44,57 @@ namespace {
 
 // ---------------------------------------------------------------- exceptions
 
-// Indexed by int(ErrorCode); index 0 is the base class basalt.BasaltError.
-PyObject* g_exc[7] = {};
+// Indexed by int(ErrorCode); index 0 is the base class basalt.BasaltError. 7 (the C API's
+// out-of-memory status) has no Error of its own.
+PyObject* g_exc[9] = {};
+PyObject* g_invalid_protobuf = nullptr;  // InvalidModelError raised while decoding the file
+
+// onnxruntime's exception classes (onnxruntime.capi.onnxruntime_pybind11_state), which the
+// onnxruntime alias package re-exports. basalt's own classes derive from them, so a program
+// written for onnxruntime catches basalt's errors by the names it knows.
+struct OrtClasses {
+  PyObject *fail, *invalid_argument, *no_such_file, *no_model, *engine_error, *runtime_exception, *invalid_protobuf,
+      *model_loaded, *not_implemented, *invalid_graph, *ep_fail;
+};
+
+OrtClasses make_ort_classes(py::module_& state) {
+  auto make = [&](const char* name) {
+    std::string full = std::string("onnxruntime.capi.onnxruntime_pybind11_state.") + name;
+    PyObject* e = PyErr_NewException(full.c_str(), PyExc_Exception, nullptr);
+    if (!e) throw py::error_already_set();
+    state.attr(name) = py::handle(e);
+    return e;
+  };
+  OrtClasses o;
+  o.fail = make("Fail");
+  o.invalid_argument = make("InvalidArgument");
+  o.no_such_file = make("NoSuchFile");
+  o.no_model = make("NoModel");
+  o.engine_error = make("EngineError");
+  o.runtime_exception = make("RuntimeException");
+  o.invalid_protobuf = make("InvalidProtobuf");
+  o.model_loaded = make("ModelLoaded");
+  o.not_implemented = make("NotImplemented");
+  o.invalid_graph = make("InvalidGraph");
+  o.ep_fail = make("EPFail");
+  return o;
+}
+
+// True for an InvalidModel error raised while decoding the bytes (loader.cpp's "is not a valid
+// ONNX model" / "is not an ONNX model" / "is empty"): onnxruntime calls that InvalidProtobuf.
+bool is_protobuf_error(const char* msg) {
+  std::string m(msg);
+  return m.find("is not a valid ONNX model") != std::string::npos || m.find("is not an ONNX model") != std::string::npos ||
+         m.find("is empty (0 bytes)") != std::string::npos || m.find("malformed protobuf") != std::string::npos;
+}
 
 // Each basalt error code gets its own class. They all derive from basalt.BasaltError (itself a
-// RuntimeError) and also from the builtin exception a Python user would naturally catch, so
-// `except ValueError` works for a wrong input and `except OSError` for a missing file.
+// RuntimeError), from the builtin exception a Python user would naturally catch (`except
+// ValueError` for a wrong input, `except OSError` for a missing file) and from the onnxruntime
+// class onnxruntime raises for the same mistake.
 void make_exception_types(py::module_& m) {
+  py::module_ state = m.def_submodule("ort_state", "onnxruntime's exception classes");
+  OrtClasses o = make_ort_classes(state);
   auto make = [&](const char* name, std::initializer_list<PyObject*> bases, const char* code, const char* doc) {
     py::tuple b(bases.size());
     size_t i = 0;
@@ -65,26 +109,34 @@ void make_exception_types(py::module_& m) {
   };
   g_exc[0] = make("BasaltError", {PyExc_RuntimeError}, "error", "Base class of every error basalt raises.");
   g_exc[int(ErrorCode::InvalidModel)] =
-      make("InvalidModelError", {g_exc[0], PyExc_ValueError}, "invalid model",
+      make("InvalidModelError", {g_exc[0], PyExc_ValueError, o.fail, o.invalid_graph}, "invalid model",
            "The model file or graph is malformed (bad protobuf, cycle, dangling input, bad attribute).");
+  g_invalid_protobuf = make("InvalidProtobufError", {g_exc[int(ErrorCode::InvalidModel)], o.invalid_protobuf},
+                            "invalid model", "The model's bytes are not a decodable ONNX ModelProto.");
   g_exc[int(ErrorCode::InvalidArgument)] =
-      make("InvalidArgumentError", {g_exc[0], PyExc_ValueError}, "invalid argument",
+      make("InvalidArgumentError", {g_exc[0], PyExc_ValueError, o.invalid_argument}, "invalid argument",
            "The caller's inputs or options are wrong: unknown name, wrong dtype, rank or fixed dim.");
   g_exc[int(ErrorCode::Unsupported)] =
-      make("UnsupportedError", {g_exc[0], PyExc_NotImplementedError}, "unsupported",
+      make("UnsupportedError", {g_exc[0], PyExc_NotImplementedError, o.not_implemented}, "unsupported",
            "Valid ONNX that basalt does not run (op, dtype, attribute value).");
-  g_exc[int(ErrorCode::MemoryLimit)] = make("MemoryLimitError", {g_exc[0], PyExc_MemoryError}, "memory limit",
-                                            "A request would exceed the memory limit or available memory.");
+  g_exc[int(ErrorCode::MemoryLimit)] =
+      make("MemoryLimitError", {g_exc[0], PyExc_MemoryError, o.runtime_exception}, "memory limit",
+           "A request would exceed the memory limit or available memory.");
   g_exc[int(ErrorCode::Io)] =
-      make("BasaltIOError", {g_exc[0], PyExc_OSError}, "io", "A file could not be read or mapped.");
-  g_exc[int(ErrorCode::Internal)] = make("InternalError", {g_exc[0]}, "internal", "A bug in basalt.");
+      make("BasaltIOError", {g_exc[0], PyExc_OSError, o.no_such_file}, "io", "A file could not be read or mapped.");
+  g_exc[int(ErrorCode::Internal)] =
+      make("InternalError", {g_exc[0], o.runtime_exception}, "internal", "A bug in basalt.");
+  g_exc[int(ErrorCode::Cancelled)] = make("CancelledError", {g_exc[0], o.fail}, "cancelled",
+                                          "The run was stopped by RunOptions.terminate.");
 
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const basalt::Error& e) {
       int c = int(e.code());
-      PyErr_SetString(c >= 1 && c <= 6 ? g_exc[c] : g_exc[0], e.what());
+      PyObject* cls = c >= 1 && c <= 8 && g_exc[c] ? g_exc[c] : g_exc[0];
+      if (e.code() == ErrorCode::InvalidModel && is_protobuf_error(e.what())) cls = g_invalid_protobuf;
+      PyErr_SetString(cls, e.what());
     }
   });
 }
@@ -381,6 +433,31 @@ struct PySession {
   std::unique_ptr<basalt::Session> s;
 };
 
+// RunOptions.terminate: a flag another thread may set while a run reads it (GIL released).
+struct TerminateFlag {
+  std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
+};
+
+basalt::RunOptions run_options_of(py::handle terminate, std::shared_ptr<std::atomic<bool>>& hold) {
+  basalt::RunOptions ro;
+  if (terminate.is_none()) return ro;
+  if (!py::isinstance<TerminateFlag>(terminate)) throw py::type_error("terminate must be a basalt._native.TerminateFlag or None");
+  hold = terminate.cast<const TerminateFlag&>().flag;
+  ro.terminate = hold.get();
+  return ro;
+}
+
+std::vector<std::string> output_names_of(py::object output_names) {
+  std::vector<std::string> names;
+  if (output_names.is_none()) return names;
+  if (py::isinstance<py::str>(output_names)) throw py::type_error("output_names must be a list of str or None");
+  for (py::handle n : output_names) {
+    if (!py::isinstance<py::str>(n)) throw py::type_error("output_names must be a list of str or None");
+    names.push_back(n.cast<std::string>());
+  }
+  return names;
+}
+
 basalt::SessionOptions options_of(py::handle o) {
   if (o.is_none()) return {};
   if (!py::isinstance<basalt::SessionOptions>(o))
@@ -389,16 +466,8 @@ basalt::SessionOptions options_of(py::handle o) {
   return o.cast<basalt::SessionOptions>();
 }
 
-std::unique_ptr<PySession> open_session(py::object src, py::object sess_options, py::object providers) {
+std::unique_ptr<PySession> open_session(py::object src, py::object sess_options) {
   basalt::SessionOptions opts = options_of(sess_options);
-  if (!providers.is_none()) {
-    // Accepted so that onnxruntime code runs unchanged; basalt has only the CPU.
-    for (py::handle p : providers) {
-      py::object name = py::isinstance<py::tuple>(p) ? py::reinterpret_borrow<py::tuple>(p)[0] : py::reinterpret_borrow<py::object>(p);
-      if (std::string(py::str(name)) != "CPUExecutionProvider")
-        invalid_argument("basalt runs only on the CPU; unsupported provider " + std::string(py::str(name)));
-    }
-  }
   auto ps = std::make_unique<PySession>();
   if (PyBytes_Check(src.ptr()) || PyByteArray_Check(src.ptr()) || PyMemoryView_Check(src.ptr())) {
     if (PyMemoryView_Check(src.ptr()) && !py::bool_(src.attr("c_contiguous"))) src = py::bytes(src);
@@ -442,17 +511,11 @@ std::vector<std::pair<std::string, Value>> feeds_of(const basalt::Session& s, py
   return feeds;
 }
 
-py::list run_session(const PySession& ps, py::object output_names, py::object input_feed, py::object run_options) {
+py::list run_session(const PySession& ps, py::object output_names, py::object input_feed, py::object terminate) {
   const basalt::Session& s = *ps.s;
-  if (!run_options.is_none()) throw py::type_error("basalt has no RunOptions; pass None");
-  std::vector<std::string> names;
-  if (!output_names.is_none()) {
-    if (py::isinstance<py::str>(output_names)) throw py::type_error("output_names must be a list of str or None");
-    for (py::handle n : output_names) {
-      if (!py::isinstance<py::str>(n)) throw py::type_error("output_names must be a list of str or None");
-      names.push_back(n.cast<std::string>());
-    }
-  }
+  std::shared_ptr<std::atomic<bool>> hold;
+  basalt::RunOptions ro = run_options_of(terminate, hold);
+  std::vector<std::string> names = output_names_of(output_names);
   Keep keep;  // declared first: destroyed last, with the GIL held
   std::vector<std::pair<std::string, Value>> feeds = feeds_of(s, input_feed, keep);
   std::vector<Range> ranges;
@@ -465,7 +528,7 @@ py::list run_session(const PySession& ps, py::object output_names, py::object in
   std::vector<Value> outs;
   {
     py::gil_scoped_release nogil;
-    outs = s.run(feeds, names);
+    outs = s.run(feeds, names, ro);
     feeds.clear();  // drop the input views before deciding which outputs are exclusive
     for (Value& v : outs) make_exclusive(v, ranges);
   }
@@ -479,9 +542,14 @@ py::list run_session(const PySession& ps, py::object output_names, py::object in
 }
 
 // IO binding: output arrays given by the caller (C-contiguous, writable, the exact dtype) are
-// filled in place; the kernel that produces an output writes straight into the array.
-void run_into_session(const PySession& ps, py::dict outputs, py::object input_feed) {
+// filled in place; the kernel that produces an output writes straight into the array. Returns a
+// list with one entry per model output in graph order: None for a bound output (its array holds
+// the result), the value as run() returns it for the others. Nothing is allocated for a bound
+// output, and the returned list holds only None when every output is bound.
+py::list run_bound_session(const PySession& ps, py::dict outputs, py::object input_feed, py::object terminate) {
   const basalt::Session& s = *ps.s;
+  std::shared_ptr<std::atomic<bool>> hold;
+  basalt::RunOptions ro = run_options_of(terminate, hold);
   Keep keep;
   std::vector<std::pair<std::string, Value>> feeds = feeds_of(s, input_feed, keep);
   std::vector<std::pair<std::string, Tensor>> bind;
@@ -490,16 +558,56 @@ void run_into_session(const PySession& ps, py::dict outputs, py::object input_fe
     std::string name = k.cast<std::string>();
     if (!py::isinstance<py::array>(v)) throw py::type_error("outputs['" + name + "'] must be a numpy array");
     py::array a = py::reinterpret_borrow<py::array>(v);
-    if (!(a.flags() & py::array::c_style)) throw py::value_error("outputs['" + name + "'] must be C-contiguous");
-    if (!a.writeable()) throw py::value_error("outputs['" + name + "'] must be writable");
+    if (!(a.flags() & py::array::c_style)) invalid_argument("output '" + name + "': the bound array must be C-contiguous");
+    if (!a.writeable()) invalid_argument("output '" + name + "': the bound array must be writable");
     DType t = from_numpy(a.dtype());
     if (t == DType::String || t == DType::Undefined)
-      throw py::value_error("outputs['" + name + "'] has a dtype that cannot be bound");
+      invalid_argument("output '" + name + "': numpy dtype " + std::string(py::str(a.dtype())) + " cannot be bound");
     keep.arrays.push_back(a);
     bind.emplace_back(name, Tensor::view(t, shape_of(a), a.mutable_data(), nullptr));
   }
-  py::gil_scoped_release nogil;
-  s.run_into(feeds, bind);
+  std::vector<Range> ranges;
+  for (const py::object& o : keep.arrays) {
+    const py::array& a = static_cast<const py::array&>(o);
+    const char* b = static_cast<const char*>(a.data());
+    ranges.push_back({b, b + a.nbytes()});
+  }
+  std::vector<Value> outs;
+  std::vector<bool> is_bound(s.outputs().size(), false);
+  for (const auto& [name, t] : bind)
+    for (size_t k = 0; k < s.outputs().size(); ++k)
+      if (s.outputs()[k].name == name) is_bound[k] = true;
+  {
+    py::gil_scoped_release nogil;
+    outs = s.run_into(feeds, bind, ro);
+    feeds.clear();
+    bind.clear();
+    for (size_t k = 0; k < outs.size(); ++k) {
+      if (k < is_bound.size() && is_bound[k]) outs[k] = Value();
+      else make_exclusive(outs[k], ranges);
+    }
+  }
+  py::list result;
+  for (size_t k = 0; k < outs.size(); ++k)
+    result.append(k < is_bound.size() && is_bound[k] ? py::none()
+                                                     : to_python(std::move(outs[k]), "output '" + s.outputs()[k].name + "'"));
+  return result;
+}
+
+py::dict metadata_of(const PySession& ps) {
+  const basalt::ModelMetadata& md = ps.s->metadata();
+  py::dict d;
+  d["producer_name"] = md.producer_name;
+  d["producer_version"] = md.producer_version;
+  d["domain"] = md.domain;
+  d["description"] = md.description;
+  d["graph_name"] = md.graph_name;
+  d["graph_description"] = md.graph_description;
+  d["version"] = md.version;
+  py::dict custom;
+  for (const auto& [k, v] : md.custom) custom[py::str(k)] = py::str(v);
+  d["custom_metadata_map"] = custom;
+  return d;
 }
 
 py::dict memory_stats(const PySession& ps) {
@@ -572,10 +680,10 @@ py::dict plan_memory(const PySession& ps, const std::map<std::string, std::vecto
 
 }  // namespace
 
-PYBIND11_MODULE(basalt, m) {
+PYBIND11_MODULE(_native, m) {
   m.doc() =
-      "basalt: an ONNX inference runtime for CPUs. InferenceSession follows onnxruntime's API: "
-      "run(output_names or None, {name: numpy array}) returns a list of numpy arrays.";
+      "basalt's native core. Use the basalt package (python/basalt/__init__.py), which adds onnxruntime's "
+      "API on top of it.";
   make_exception_types(m);
 
   py::class_<basalt::SessionOptions>(m, "SessionOptions",
@@ -609,14 +717,30 @@ PYBIND11_MODULE(basalt, m) {
           "Microseconds an idle pool thread spins before it sleeps; 0 = never spin.")
       .def_property(
           "graph_optimization_level", [](const basalt::SessionOptions& o) { return o.optimization_level; },
-          [](basalt::SessionOptions& o, py::object v) {
-            int l = -1;
-            if (py::isinstance<py::int_>(v)) l = v.cast<int>();
-            else if (py::hasattr(v, "value")) l = v.attr("value").cast<int>();  // onnxruntime-style enum
-            if (l == 99) l = 3;                                                   // ORT_ENABLE_ALL
+          [](basalt::SessionOptions& o, int l) {
             set_checked(o, "graph_optimization_level", [&](basalt::SessionOptions& t) { t.optimization_level = l; });
           },
-          "0 none, 1 basic, 2 extended, 3 (or 99, onnxruntime's ORT_ENABLE_ALL) all; default all.")
+          "basalt's level: 0 none, 1 basic, 2 extended, 3 all (the package maps onnxruntime's levels onto it).")
+      .def_readwrite("free_dimensions_by_name", &basalt::SessionOptions::free_dimensions_by_name)
+      .def_readwrite("free_dimensions_by_denotation", &basalt::SessionOptions::free_dimensions_by_denotation)
+      .def_readwrite("optimized_model_path", &basalt::SessionOptions::optimized_model_path)
+      .def_readwrite("denormals_as_zero", &basalt::SessionOptions::denormals_as_zero)
+      .def(
+          "set_initializers",
+          [](basalt::SessionOptions& o, const std::vector<std::pair<std::string, py::array>>& items) {
+            // The caller (the package's SessionOptions) keeps the arrays alive as long as any session.
+            std::vector<std::pair<std::string, Tensor>> v;
+            for (const auto& [name, a] : items) {
+              bool ok = (a.flags() & py::array::c_style) && (a.flags() & py::detail::npy_api::NPY_ARRAY_ALIGNED_) &&
+                        py::bool_(a.dtype().attr("isnative"));
+              if (!ok) invalid_argument("initializer '" + name + "': the array must be C-contiguous, aligned and native-endian");
+              DType t = from_numpy(a.dtype());
+              if (t == DType::Undefined) invalid_argument("initializer '" + name + "': numpy dtype " + std::string(py::str(a.dtype())) + " has no ONNX equivalent");
+              v.emplace_back(name, Tensor::view(t, shape_of(a), const_cast<void*>(a.data()), nullptr));
+            }
+            o.initializers = std::move(v);
+          },
+          py::arg("items"))
       .def_property(
           "plan_cache_entries", [](const basalt::SessionOptions& o) { return o.plan_cache_entries; },
           [](basalt::SessionOptions& o, long long v) {
@@ -660,18 +784,29 @@ PYBIND11_MODULE(basalt, m) {
                ", shape=" + std::string(py::repr(a.shape)) + ")";
       });
 
-  py::class_<PySession>(m, "InferenceSession",
+  py::class_<TerminateFlag>(m, "TerminateFlag", "RunOptions.terminate: read by a run before every node.")
+      .def(py::init<>())
+      .def("set", [](TerminateFlag& f, bool v) { f.flag->store(v); })
+      .def("is_set", [](const TerminateFlag& f) { return f.flag->load(); });
+
+  m.def("set_default_random_seed", &basalt::set_default_random_seed, py::arg("seed"),
+        "Seed of the random ops that have no seed attribute, process-wide (onnxruntime's set_seed).");
+
+  py::class_<PySession>(m, "Session",
                         "A loaded model. Immutable; run() may be called from many threads at once (it "
                         "releases the GIL).")
       .def(py::init(&open_session), py::arg("path_or_bytes"), py::arg("sess_options") = py::none(),
-           py::arg("providers") = py::none(),
-           "Loads a model from a path (str or os.PathLike) or from its bytes (bytes, bytearray, memoryview; "
-           "copied). providers is accepted for onnxruntime compatibility; only 'CPUExecutionProvider' is valid.")
-      .def("run", &run_session, py::arg("output_names"), py::arg("input_feed"), py::arg("run_options") = py::none(),
+           "Loads a model from a path (str or os.PathLike) or from its bytes (bytes, bytearray, memoryview; copied).")
+      .def("run", &run_session, py::arg("output_names"), py::arg("input_feed"), py::arg("terminate") = py::none(),
            "Runs the model. output_names: list of names, or None for all outputs in graph order. input_feed: "
            "{name: numpy array}; a sequence input takes a list of arrays, an optional input may be None. "
            "Returns a list with one numpy array per output (a list of arrays for a sequence output, None for "
            "an empty optional).")
+      .def("run_bound", &run_bound_session, py::arg("outputs"), py::arg("input_feed"), py::arg("terminate") = py::none(),
+           "IO binding: writes each output named in `outputs` ({name: numpy array}) in place and returns every "
+           "output in graph order, None for the bound ones.")
+      .def("metadata", &metadata_of)
+      .def("profiling_start_ns", [](const PySession& ps) { return ps.s->profiling_start_ns(); })
       .def("get_inputs",
            [](const PySession& ps) {
              std::vector<NodeArg> v;
@@ -684,7 +819,6 @@ PYBIND11_MODULE(basalt, m) {
              for (const auto& io : ps.s->outputs()) v.push_back(make_node_arg(io));
              return v;
            })
-      .def("get_providers", [](const PySession&) { return std::vector<std::string>{"CPUExecutionProvider"}; })
       .def("memory_stats", &memory_stats,
            "Memory figures in bytes and plan-cache counters: weight_bytes (all constant tensors), "
            "weight_bytes_in_place (used in place from the mapped file), weight_bytes_copied, packed_weight_bytes "
@@ -693,10 +827,6 @@ PYBIND11_MODULE(basalt, m) {
       .def("pool_stats", &pool_stats,
            "The session's thread pool: threads, spin_us, shared, and counters since it was created: "
            "busy_detections (another process wanted the cores), preempted_spins, apart_moves.")
-      .def("run_into", &run_into_session, py::arg("outputs"), py::arg("input_feed"),
-           "IO binding: runs the model and writes each output named in `outputs` ({name: numpy array}, "
-           "C-contiguous, writable, exactly the output's dtype and shape) in place. Kernels write straight "
-           "into the arrays; a mismatch raises InvalidArgumentError naming the output.")
       .def("plan_memory", &plan_memory, py::arg("shapes"),
            "Plans the memory of a run with these input shapes ({name: [dims]}) without running it and returns "
            "the plan in bytes: arena_bytes, workspace_bytes, inputs_bytes, outputs_bytes, weights_bytes, "

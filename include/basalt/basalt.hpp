@@ -12,6 +12,7 @@
 #include <basalt/error.hpp>
 #include <basalt/tensor.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -65,6 +66,23 @@ struct SessionOptions {
   // peak RSS 170 -> 118 MB, run 66 -> 79 ms). BASALT_WINOGRAD=0 in the environment turns it off
   // for every session; false here also overrides BASALT_WINOGRAD=2/4.
   bool winograd = true;
+
+  // Free dimensions fixed at load (onnxruntime's add_free_dimension_override_by_name /
+  // _by_denotation): every graph-input dim whose dim_param (or denotation, e.g. "DATA_BATCH") is a
+  // key becomes that fixed size, so shape inference and the optimizer see it; a run with another
+  // size is then an InvalidArgument error. A key no graph input uses is an InvalidArgument error.
+  std::map<std::string, int64_t> free_dimensions_by_name, free_dimensions_by_denotation;
+  // Initializers replaced at load by the caller's tensors (onnxruntime's add_initializer): each
+  // must name an initializer of the main graph and have its dtype and shape. The tensors are
+  // used as they are (a view stays a view): the caller keeps their memory alive and unchanged.
+  std::vector<std::pair<std::string, Tensor>> initializers;
+  // When set, the model as optimized (before kernels pack weights) is written there as ONNX at
+  // load (onnxruntime's optimized_model_filepath); see src/onnx/writer.hpp for what it keeps.
+  std::string optimized_model_path;
+  // Flush denormal results to zero and read denormal inputs as zero during runs (x86 MXCSR FTZ +
+  // DAZ on the calling thread and, through the pool, on every worker; onnxruntime's
+  // session.set_denormal_as_zero). Faster where denormals occur; results differ only there.
+  bool denormals_as_zero = false;
 
   // The one check of these options (the C API, the Python module and the CLI all come through
   // it): throws Error(InvalidArgument) naming the first field out of range. Sessions call it
@@ -124,6 +142,23 @@ struct MemoryPlanReport {
   std::vector<std::string> dynamic_values;  // sizes that depend on data: not in peak_bytes
 };
 
+// The model's own description (Session::metadata; onnxruntime's ModelMetadata).
+struct ModelMetadata {
+  std::string producer_name, producer_version, domain;
+  std::string description;        // ModelProto.doc_string
+  std::string graph_name, graph_description;  // the main graph's name and doc_string
+  int64_t version = 0;            // ModelProto.model_version
+  std::vector<std::pair<std::string, std::string>> custom;  // metadata_props, in file order
+};
+
+// Per-run options (Session::run, run_into).
+struct RunOptions {
+  // Set to true from any thread to stop the run before its next node (of any graph, subgraphs
+  // included): run() then throws Error(Cancelled) and the session stays usable. It is read, never
+  // reset; null = the run cannot be stopped.
+  const std::atomic<bool>* terminate = nullptr;
+};
+
 // Metadata of a graph input or output.
 struct IoInfo {
   std::string name;
@@ -135,6 +170,11 @@ struct IoInfo {
   bool has_default = false;      // input backed by an initializer (may be omitted)
   std::string type_string() const;      // "tensor(float)" like onnxruntime
 };
+
+// The seed of random ops (RandomNormal, RandomUniform[Like], Bernoulli, Multinomial) that have no
+// `seed` attribute, for every session of the process (onnxruntime's set_seed): each run of such
+// an op then draws the same values. Before any call, they are seeded from the OS.
+void set_default_random_seed(int64_t seed);
 
 class Session {
  public:
@@ -153,15 +193,18 @@ class Session {
   // Returned tensors belong to the caller: none shares storage with a weight, an input or
   // another output (pass-through outputs are copied), so writing into them is safe.
   std::vector<Value> run(const std::vector<std::pair<std::string, Value>>& feeds,
-                         const std::vector<std::string>& output_names = {}) const;
+                         const std::vector<std::string>& output_names = {}, const RunOptions& run_options = {}) const;
 
   // IO binding: runs the model and writes the outputs named in `outputs` into the caller's tensors
   // (e.g. Tensor::view of preallocated buffers). Each must have exactly the dtype and shape the run
   // produces, else InvalidArgument naming the output (nothing else is written then). A kernel that
   // produces a bound output writes straight into the buffer; an output forwarded from elsewhere
   // (Identity of an input, a weight) is copied in. String outputs cannot be bound.
-  void run_into(const std::vector<std::pair<std::string, Value>>& feeds,
-                const std::vector<std::pair<std::string, Tensor>>& outputs) const;
+  // Returns every output in graph order: a bound one as the caller's tensor, the others as run()
+  // returns them (so a caller may bind some outputs and take the rest).
+  std::vector<Value> run_into(const std::vector<std::pair<std::string, Value>>& feeds,
+                              const std::vector<std::pair<std::string, Tensor>>& outputs,
+                              const RunOptions& run_options = {}) const;
 
   // Counters and sizes; cheap, thread-safe.
   MemoryStats memory_stats() const;
@@ -173,6 +216,11 @@ class Session {
   MemoryPlanReport plan_memory(const std::map<std::string, Shape>& shapes) const;
 
   const SessionOptions& options() const;
+  const ModelMetadata& metadata() const;
+
+  // When profiling is on: the wall-clock time the profile starts at, in ns since the Unix epoch
+  // (onnxruntime's get_profiling_start_time_ns); 0 when profiling is off.
+  int64_t profiling_start_ns() const;
 
   // Writes what was recorded so far as a Chrome trace to `path` (default: options().profile_path)
   // and returns the path written; the destructor then writes nothing. Throws InvalidArgument when
@@ -183,7 +231,8 @@ class Session {
   Session() = default;
   void make_outputs_private(std::vector<Value>& outs, const std::vector<Value>& ins) const;
   std::vector<Value> run_impl(const std::vector<std::pair<std::string, Value>>& feeds,
-                              const std::vector<std::string>& output_names, const std::vector<Tensor>* bound) const;
+                              const std::vector<std::string>& output_names, const std::vector<Tensor>* bound,
+                              const RunOptions& ro) const;
   friend struct SessionAccess;  // internal access (src/runtime/session_access.hpp): model, profiler
   struct Impl;
   std::unique_ptr<Impl> impl_;

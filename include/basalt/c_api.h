@@ -58,7 +58,7 @@ BASALT_C_EXPORT uint32_t basalt_api_version(void);
 
 /* ---- status ------------------------------------------------------------------------------- */
 
-/* Status codes. 1..6 are the codes of basalt::Error (include/basalt/error.hpp). */
+/* Status codes. 1..6 and 8 are the codes of basalt::Error (include/basalt/error.hpp). */
 #define BASALT_STATUS_OK 0
 #define BASALT_STATUS_INVALID_MODEL 1    /* the model file or graph is malformed */
 #define BASALT_STATUS_INVALID_ARGUMENT 2 /* the caller's arguments are wrong (name, dtype, shape, NULL) */
@@ -67,6 +67,7 @@ BASALT_C_EXPORT uint32_t basalt_api_version(void);
 #define BASALT_STATUS_IO 5               /* a file could not be read or mapped */
 #define BASALT_STATUS_INTERNAL 6         /* a bug in basalt */
 #define BASALT_STATUS_OUT_OF_MEMORY 7    /* an allocation failed (std::bad_alloc inside basalt) */
+#define BASALT_STATUS_CANCELLED 8        /* the run was stopped by its caller (basalt::RunOptions::terminate) */
 
 typedef struct basalt_status basalt_status;
 

@@ -18,6 +18,8 @@ enum class ErrorCode {
   MemoryLimit = 4,      // a request would exceed the session's memory limit
   Io = 5,               // file could not be read / mapped
   Internal = 6,         // a bug in basalt
+  // 7 is the C API's BASALT_STATUS_OUT_OF_MEMORY
+  Cancelled = 8,        // the caller stopped the run (RunOptions::terminate)
 };
 
 const char* error_code_name(ErrorCode c);

@@ -276,7 +276,7 @@ const char* basalt_status_code_name(int32_t code) {
   switch (code) {
     case BASALT_STATUS_OK: return "ok";
     case BASALT_STATUS_INVALID_MODEL: case BASALT_STATUS_INVALID_ARGUMENT: case BASALT_STATUS_UNSUPPORTED:
-    case BASALT_STATUS_MEMORY_LIMIT: case BASALT_STATUS_IO: case BASALT_STATUS_INTERNAL:
+    case BASALT_STATUS_MEMORY_LIMIT: case BASALT_STATUS_IO: case BASALT_STATUS_INTERNAL: case BASALT_STATUS_CANCELLED:
       return basalt::error_code_name(static_cast<basalt::ErrorCode>(code));
     case BASALT_STATUS_OUT_OF_MEMORY: return "out of memory";
     default: return "unknown";

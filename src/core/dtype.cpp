@@ -15,6 +15,7 @@ const char* error_code_name(ErrorCode c) {
     case ErrorCode::MemoryLimit: return "memory limit";
     case ErrorCode::Io: return "i/o error";
     case ErrorCode::Internal: return "internal error";
+    case ErrorCode::Cancelled: return "cancelled";
   }
   return "error";
 }

@@ -185,7 +185,31 @@ struct ThreadPool::Job {
   std::atomic<bool> failed{false};
   std::mutex err_mu;
   std::exception_ptr err;
+  // The caller's floating-point control word (x86 MXCSR: rounding, flush-to-zero and
+  // denormals-are-zero): workers run the job's chunks under it, so a session that asks for
+  // denormals as zero gets them on every thread of the pool.
+  unsigned fp_mode = 0;
 };
+
+namespace {
+#if defined(__x86_64__) || defined(__i386__)
+unsigned fp_mode_now() { return _mm_getcsr(); }
+void set_fp_mode(unsigned m) { _mm_setcsr(m); }
+#else
+unsigned fp_mode_now() { return 0; }
+void set_fp_mode(unsigned) {}
+#endif
+// Runs under the job's FP mode, restoring the thread's own afterwards.
+struct FpModeScope {
+  unsigned saved;
+  explicit FpModeScope(unsigned want) : saved(fp_mode_now()) {
+    if (want != saved) set_fp_mode(want);
+  }
+  ~FpModeScope() {
+    if (fp_mode_now() != saved) set_fp_mode(saved);
+  }
+};
+}  // namespace
 
 int ThreadPool::available_cores() {
   cpu_set_t set;
@@ -224,6 +248,7 @@ std::shared_ptr<ThreadPool> ThreadPool::shared(int threads, int spin_us) {
 }
 
 void ThreadPool::run_chunks(Job& job, int self) {
+  FpModeScope fp(job.fp_mode);
   bool was = t_in_pool_chunk;
   t_in_pool_chunk = true;
   uint32_t done = 0;
@@ -333,6 +358,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
   if (!no_apart()) keep_apart(now_ns());
   Job job;
   job.fn = &fn;
+  job.fp_mode = fp_mode_now();
   job.n = n;
   job.grain = grain;
   job.chunks = chunks;

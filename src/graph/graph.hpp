@@ -17,6 +17,7 @@ namespace basalt {
 struct DimInfo {
   int64_t value = -1;   // >= 0 when fixed
   std::string param;    // symbolic name when not fixed (may be empty = unknown)
+  std::string denotation;  // the dim's ONNX denotation (DATA_BATCH, ...), usually empty
   bool fixed() const { return value >= 0; }
 };
 

@@ -23,6 +23,11 @@ struct Model {
   int64_t ir_version = 0;
   std::map<std::string, int64_t> opsets;  // canonical domain ("" = ai.onnx) -> version
   std::string producer_name, producer_version;
+  // The rest of the file's description (Session::metadata): domain, doc_string, model_version,
+  // the main graph's doc_string and metadata_props in file order.
+  std::string domain, doc_string, graph_doc_string;
+  int64_t model_version = 0;
+  std::vector<std::pair<std::string, std::string>> metadata_props;
   std::shared_ptr<Graph> graph;
   // Not kept after loading (weights viewing the file hold its mapping alive); see loader.cpp.
   std::shared_ptr<const void> file_bytes;

@@ -56,6 +56,7 @@ TypeInfo type_from_proto(const pb::TypeProto& t) {
     DimInfo di;
     if (d.has_value) di.value = d.value;
     di.param = d.param;
+    di.denotation = d.denotation;
     r.dims.push_back(di);
   }
   if (t.elem) r.inner = std::make_shared<TypeInfo>(type_from_proto(*t.elem));
@@ -554,6 +555,11 @@ std::shared_ptr<Model> load(const uint8_t* data, size_t size, std::shared_ptr<co
   model->ir_version = mp.ir_version;
   model->producer_name = mp.producer_name;
   model->producer_version = mp.producer_version;
+  model->domain = mp.domain;
+  model->doc_string = mp.doc_string;
+  model->model_version = mp.model_version;
+  model->graph_doc_string = mp.graph.doc_string;
+  model->metadata_props = mp.metadata_props;
   model->file_bytes = keep;
   model->file_size = size;
   model->path = path;

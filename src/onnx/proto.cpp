@@ -255,6 +255,7 @@ TypeProto read_type(Reader r, int depth = 0);
 const Field<Dim> kDim[] = {
     {1, "Dimension.dim_value", varint<&Dim::value, &Dim::has_value>},
     {2, "Dimension.dim_param", str<&Dim::param>},
+    {3, "Dimension.denotation", str<&Dim::denotation>},
 };
 Dim read_dim(Reader r) { return decode(r, kDim); }
 
@@ -398,6 +399,7 @@ NodeProto read_node(Reader r) { return decode(r, kNode); }
 const Field<GraphProto> kGraph[] = {
     {1, "GraphProto.node", msgs<&GraphProto::node, read_node>},
     {2, "GraphProto.name", str<&GraphProto::name>},
+    {10, "GraphProto.doc_string", str<&GraphProto::doc_string>},
     {5, "GraphProto.initializer", msgs<&GraphProto::initializer, read_tensor>},
     {15, "GraphProto.sparse_initializer", msgs<&GraphProto::sparse_initializer, read_sparse>},
     {11, "GraphProto.input", msgs<&GraphProto::input, read_value_info>},

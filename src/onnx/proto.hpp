@@ -49,6 +49,7 @@ struct Dim {
   bool has_value = false;
   int64_t value = 0;
   std::string param;
+  std::string denotation;  // e.g. DATA_BATCH (SessionOptions::free_dimensions_by_denotation)
 };
 
 struct TypeProto {
@@ -103,7 +104,7 @@ struct NodeProto {
 };
 
 struct GraphProto {
-  std::string name;
+  std::string name, doc_string;
   std::vector<NodeProto> node;
   std::vector<TensorProto> initializer;
   std::vector<SparseTensorProto> sparse_initializer;

@@ -187,7 +187,7 @@ Out encode_value_info(const ValueDef& v) {
     t.kind = TypeInfo::Kind::Tensor;
     t.elem = v.initializer.dtype();
     t.has_shape = true;
-    for (int64_t d : v.initializer.shape()) t.dims.push_back(DimInfo{d, ""});
+    for (int64_t d : v.initializer.shape()) t.dims.push_back(DimInfo{d, "", ""});
   }
   if (t.kind != TypeInfo::Kind::Unknown) o.msg(2, encode_type(t));
   return o;

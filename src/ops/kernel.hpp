@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <atomic>
 #include <span>
 #include <string>
 #include <vector>
@@ -148,6 +149,8 @@ struct RunContext {
   // graph). A node producing a bound value with the same dtype and shape writes straight into it.
   const Graph* bound_graph = nullptr;
   const std::vector<Tensor>* bound = nullptr;
+  // Checked before every node (subgraphs included): true stops the run with Error(Cancelled).
+  const std::atomic<bool>* terminate = nullptr;
 };
 
 class KernelContext {

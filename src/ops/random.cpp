@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <atomic>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -28,12 +29,18 @@ SeedSpec read_seed(const Node& n) {
   }
   return s;
 }
+// set_default_random_seed: 0 bit 63 clear = not set.
+std::atomic<uint64_t> g_default_seed{0};
+constexpr uint64_t kSeedSet = uint64_t(1) << 63;
+
 std::mt19937_64 make_gen(const SeedSpec& s) {
   if (s.has) {
     uint32_t bits;
     std::memcpy(&bits, &s.seed, 4);
     return std::mt19937_64(uint64_t(bits) * 0x9E3779B97F4A7C15ull + 12345);
   }
+  if (uint64_t d = g_default_seed.load(std::memory_order_relaxed); d & kSeedSet)
+    return std::mt19937_64((d & ~kSeedSet) * 0x9E3779B97F4A7C15ull + 67890);
   std::random_device rd;
   uint64_t a = (uint64_t(rd()) << 32) ^ uint64_t(rd());
   return std::mt19937_64(a);
@@ -192,6 +199,10 @@ void register_random_ops(OpRegistry& r) {
   r.def("Multinomial").infer(shapes::multinomial);
   for (const char* op : {"RandomNormal", "RandomUniform"}) r.def(op).infer(shapes::random_tensor);
   for (const char* op : {"RandomNormalLike", "RandomUniformLike"}) r.def(op).infer_symbolic(shapes::random_like);
+}
+
+void set_default_random_seed(int64_t seed) {
+  g_default_seed.store((uint64_t(seed) & ~kSeedSet) | kSeedSet, std::memory_order_relaxed);
 }
 
 }  // namespace basalt

@@ -155,6 +155,8 @@ static std::vector<Value> execute_impl(const Graph& g, std::span<const Value> in
       prof->nodes.push_back(pn);
       prof->current_parent = int32_t(pi);
     }
+    if (rc.terminate && rc.terminate->load(std::memory_order_relaxed))
+      BASALT_THROW(Cancelled, "the run was terminated by its caller (RunOptions::terminate) before node '" + node.name + "'");
     if (!node.kernel) node.fail(ErrorCode::Unsupported, "operator " + node.op_type + " has no kernel (opset " + std::to_string(node.opset) + ")");
     ins.assign(node.inputs.size(), nullptr);
     for (size_t k = 0; k < node.inputs.size(); ++k)

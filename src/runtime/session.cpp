@@ -1,5 +1,6 @@
 #include <basalt/basalt.hpp>
 
+#include "onnx/writer.hpp"
 #include "opt/optimizer.hpp"
 #include "runtime/executor.hpp"
 #include "runtime/planner.hpp"
@@ -10,6 +11,10 @@
 #include "core/storage.hpp"
 
 #include <algorithm>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+#include <chrono>
 #include <cstring>
 #include <atomic>
 #include <cstdio>
@@ -34,12 +39,84 @@ struct Session::Impl {
   std::shared_ptr<ThreadPool> pool;        // own or process-wide
   std::unique_ptr<Profiler> profiler;      // null = profiling off
   mutable std::atomic<bool> profile_written{false};
+  int64_t profile_start_wall_ns = 0;       // system clock, ns since the epoch
+  ModelMetadata metadata;
   // Memory (runtime/planner.hpp): plans by input signature and the arenas runs use.
   std::unique_ptr<PlanCache> plans;
   std::shared_ptr<ArenaPool> arenas = std::make_shared<ArenaPool>();
   std::shared_ptr<DynamicPool> dynamic;  // tensors without a slot (runtime/dynamic_pool.hpp)
   mutable std::atomic<uint64_t> last_arena{0}, peak_run{0}, fallbacks{0}, alias_runs{0}, last_heap{0};
   std::shared_ptr<const MemoryPlan> plan_for(const std::vector<std::pair<DType, Shape>>& sig) const;
+};
+
+// SessionOptions::free_dimensions_by_*: symbolic dims of the main graph fixed before the optimizer
+// runs. A key that no dim carries changes nothing (as in onnxruntime).
+static void apply_free_dimensions(Graph& g, const SessionOptions& o) {
+  if (o.free_dimensions_by_name.empty() && o.free_dimensions_by_denotation.empty()) return;
+  auto fix = [&](TypeInfo& t) {
+    for (DimInfo& d : t.dims) {
+      if (d.fixed()) continue;
+      auto n = d.param.empty() ? o.free_dimensions_by_name.end() : o.free_dimensions_by_name.find(d.param);
+      auto a = d.denotation.empty() ? o.free_dimensions_by_denotation.end() : o.free_dimensions_by_denotation.find(d.denotation);
+      if (n != o.free_dimensions_by_name.end()) d.value = n->second;
+      else if (a != o.free_dimensions_by_denotation.end()) d.value = a->second;
+    }
+  };
+  for (ValueDef& v : g.values) {
+    TypeInfo* t = &v.type;
+    while ((t->kind == TypeInfo::Kind::Sequence || t->kind == TypeInfo::Kind::Optional) && t->inner) t = t->inner.get();
+    if (t->kind == TypeInfo::Kind::Tensor) fix(*t);
+  }
+}
+
+// SessionOptions::initializers: the caller's tensors replace initializers of the main graph.
+static void apply_initializers(Graph& g, const SessionOptions& o) {
+  for (const auto& [name, t] : o.initializers) {
+    auto it = std::find_if(g.values.begin(), g.values.end(), [&](const ValueDef& v) { return v.name == name; });
+    if (it == g.values.end() || !it->is_initializer)
+      BASALT_THROW(InvalidArgument, "SessionOptions.initializers: '" + name + "' is not an initializer of the model");
+    const Tensor& old = it->initializer;
+    if (t.dtype() != old.dtype() || t.shape() != old.shape())
+      BASALT_THROW(InvalidArgument, "SessionOptions.initializers: '" + name + "' is " + dtype_name(old.dtype()) + " " +
+                                        shape_str(old.shape()) + " in the model, the given tensor is " +
+                                        dtype_name(t.dtype()) + " " + shape_str(t.shape()));
+    if (t.numel() > 0 && !t.raw())
+      BASALT_THROW(InvalidArgument, "SessionOptions.initializers: '" + name + "' has no data");
+    it->initializer = t;
+  }
+}
+
+static ModelMetadata metadata_of(const Model& m) {
+  ModelMetadata md;
+  md.producer_name = m.producer_name;
+  md.producer_version = m.producer_version;
+  md.domain = m.domain;
+  md.description = m.doc_string;
+  md.graph_name = m.graph ? m.graph->name : std::string();
+  md.graph_description = m.graph_doc_string;
+  md.version = m.model_version;
+  md.custom = m.metadata_props;
+  return md;
+}
+
+// SessionOptions::denormals_as_zero for the length of one run on the calling thread; the pool's
+// workers take the caller's mode with each job (core/thread_pool.cpp).
+struct DenormalsScope {
+  bool on;
+  unsigned saved = 0;
+  explicit DenormalsScope(bool want) : on(want) {
+#if defined(__x86_64__)
+    if (on) {
+      saved = _mm_getcsr();
+      _mm_setcsr(saved | 0x8040u);  // FTZ (bit 15) | DAZ (bit 6)
+    }
+#endif
+  }
+  ~DenormalsScope() {
+#if defined(__x86_64__)
+    if (on) _mm_setcsr(saved);
+#endif
+  }
 };
 
 static bool profiling_on(const SessionOptions& o) { return o.enable_profiling || !o.profile_path.empty(); }
@@ -96,6 +173,12 @@ void SessionOptions::validate() const {
         std::to_string(spin_us));
   if (optimization_level < 0 || optimization_level > 3)
     bad("optimization_level must be 0..3 (none, basic, extended, all), got " + std::to_string(optimization_level));
+  for (const auto* m : {&free_dimensions_by_name, &free_dimensions_by_denotation})
+    for (const auto& [k, v] : *m) {
+      const char* which = m == &free_dimensions_by_name ? "free_dimensions_by_name" : "free_dimensions_by_denotation";
+      if (k.empty()) bad(std::string(which) + ": the dimension name is empty");
+      if (v < 0) bad(std::string(which) + "['" + k + "'] must be >= 0, got " + std::to_string(v));
+    }
 }
 
 std::unique_ptr<Session> Session::open(const std::string& path, const SessionOptions& opts) {
@@ -128,6 +211,9 @@ std::unique_ptr<Session> SessionAccess::create(std::shared_ptr<Model> m, const S
   impl->opts.threads = impl->pool->threads();
   impl->plans = std::make_unique<PlanCache>(opts.plan_cache_entries, opts.plan_cache_bytes);
   impl->dynamic = std::make_shared<DynamicPool>(opts.dynamic_pool_bytes);
+  impl->metadata = metadata_of(*impl->model);
+  apply_free_dimensions(*impl->model->graph, opts);
+  apply_initializers(*impl->model->graph, opts);
   {
     // Kernels do not exist yet: passes rewrite plain graph nodes (src/opt/optimizer.hpp).
     OptimizeOptions oo;
@@ -139,6 +225,8 @@ std::unique_ptr<Session> SessionAccess::create(std::shared_ptr<Model> m, const S
     impl->model->optimize_end_ns = prof_now_ns();
     impl->model->optimize_report = std::move(rep);
   }
+  // Before create_kernels: packing may drop the original weights.
+  if (!opts.optimized_model_path.empty()) save_model_file(*impl->model, opts.optimized_model_path);
   LoadOptions lo;
   lo.allow_unsupported = opts.allow_unsupported;
   lo.winograd = opts.winograd;
@@ -149,7 +237,11 @@ std::unique_ptr<Session> SessionAccess::create(std::shared_ptr<Model> m, const S
     impl->input_ids.push_back(int(i));
   }
   for (int o : g.outputs) impl->outputs.push_back(make_info(g.values[size_t(o)]));
-  if (profiling_on(opts)) impl->profiler = std::make_unique<Profiler>();
+  if (profiling_on(opts)) {
+    impl->profiler = std::make_unique<Profiler>();
+    impl->profile_start_wall_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch()).count();
+  }
   std::unique_ptr<Session> s(new Session());
   s->impl_ = std::move(impl);
   return s;
@@ -185,6 +277,8 @@ const std::vector<IoInfo>& Session::inputs() const { return impl_->inputs; }
 const std::vector<IoInfo>& Session::outputs() const { return impl_->outputs; }
 const Model& SessionAccess::model(const Session& s) { return *s.impl_->model; }
 const SessionOptions& Session::options() const { return impl_->opts; }
+const ModelMetadata& Session::metadata() const { return impl_->metadata; }
+int64_t Session::profiling_start_ns() const { return impl_->profile_start_wall_ns; }
 
 static std::string dims_str(const IoInfo& io) {
   std::string s = "[";
@@ -255,12 +349,13 @@ void Session::make_outputs_private(std::vector<Value>& outs, const std::vector<V
 }
 
 std::vector<Value> Session::run(const std::vector<std::pair<std::string, Value>>& feeds,
-                                const std::vector<std::string>& output_names) const {
-  return run_impl(feeds, output_names, nullptr);
+                                const std::vector<std::string>& output_names, const RunOptions& ro) const {
+  return run_impl(feeds, output_names, nullptr, ro);
 }
 
-void Session::run_into(const std::vector<std::pair<std::string, Value>>& feeds,
-                       const std::vector<std::pair<std::string, Tensor>>& outputs) const {
+std::vector<Value> Session::run_into(const std::vector<std::pair<std::string, Value>>& feeds,
+                                     const std::vector<std::pair<std::string, Tensor>>& outputs,
+                                     const RunOptions& ro) const {
   const Graph& g = *impl_->model->graph;
   std::vector<Tensor> bound(g.values.size());
   std::vector<int> which;  // output index per binding
@@ -280,7 +375,7 @@ void Session::run_into(const std::vector<std::pair<std::string, Value>>& feeds,
     bound[size_t(v)] = t;
     which.push_back(int(k));
   }
-  std::vector<Value> res = run_impl(feeds, {}, &bound);
+  std::vector<Value> res = run_impl(feeds, {}, &bound, ro);
   // Check every binding before writing any, so a mismatch leaves the caller's buffers untouched
   // by the copy step (kernels may already have written into matching ones).
   for (size_t j = 0; j < which.size(); ++j) {
@@ -297,11 +392,14 @@ void Session::run_into(const std::vector<std::pair<std::string, Value>>& feeds,
     const Tensor& b = outputs[j].second;
     const Tensor& r = res[size_t(which[j])].tensor;
     if (r.raw() != b.raw() && b.nbytes()) std::memcpy(const_cast<void*>(b.raw()), r.raw(), b.nbytes());
+    res[size_t(which[j])] = Value(b);
   }
+  return res;
 }
 
 std::vector<Value> Session::run_impl(const std::vector<std::pair<std::string, Value>>& feeds,
-                                     const std::vector<std::string>& output_names, const std::vector<Tensor>* bound) const {
+                                     const std::vector<std::string>& output_names, const std::vector<Tensor>* bound,
+                                     const RunOptions& ro) const {
   const Graph& g = *impl_->model->graph;
   std::vector<Value> ins(g.inputs.size());
   std::vector<bool> given(g.inputs.size(), false);
@@ -325,6 +423,7 @@ std::vector<Value> Session::run_impl(const std::vector<std::pair<std::string, Va
   RunContext rc;
   rc.threads = impl_->pool->threads();
   rc.pool = impl_->pool.get();
+  rc.terminate = ro.terminate;
   if (bound) {
     rc.bound = bound;
     rc.bound_graph = &g;
@@ -379,6 +478,7 @@ std::vector<Value> Session::run_impl(const std::vector<std::pair<std::string, Va
     }
   }
   std::vector<Value> outs;
+  DenormalsScope denormals(impl_->opts.denormals_as_zero);
   if (Profiler* prof = impl_->profiler.get()) {
     // A failed run's partial record is dropped with `rec`.
     std::unique_ptr<RunProfile> rec = prof->begin_run();

@@ -321,8 +321,9 @@ def test_options(relu_model):
     o.memory_limit = 1 << 30
     with pytest.raises(ValueError):
         o.intra_op_num_threads = -1
+    o.inter_op_num_threads = 2  # onnxruntime's knob: accepted (docs/python.md says why it changes nothing)
     with pytest.raises(AttributeError):
-        o.inter_op_num_threads = 2  # not a basalt knob: no silent acceptance
+        o.inter_op_num_thread = 2  # a typo neither API has: no silent acceptance
     s = basalt.InferenceSession(str(relu_model), o)
     assert s.options.intra_op_num_threads == 4 and s.memory_stats()["memory_limit"] == 1 << 30
     ps = s.pool_stats()
@@ -330,8 +331,9 @@ def test_options(relu_model):
     assert all(isinstance(ps[k], int) and ps[k] >= 0 for k in ("busy_detections", "preempted_spins", "apart_moves"))
     with pytest.raises(TypeError):
         basalt.InferenceSession(str(relu_model), sess_options="fast")
-    with pytest.raises(basalt.InvalidArgumentError, match="CUDA"):
-        basalt.InferenceSession(str(relu_model), providers=["CUDAExecutionProvider"])
+    with pytest.warns(UserWarning, match="CUDAExecutionProvider"):  # onnxruntime's rule: warn, run on the CPU
+        assert basalt.InferenceSession(str(relu_model), providers=["CUDAExecutionProvider"]).get_providers() == \
+            ["CPUExecutionProvider"]
 
 
 def test_allow_unsupported(tmp_path):
@@ -501,8 +503,8 @@ def test_profiling_through_session_options(relu_model, tmp_path):
     assert len(runs) == 2
     assert len(nodes) == 2 * len(s.get_outputs())  # one node per run in this one-op model
     off = basalt.InferenceSession(relu_model)
-    with pytest.raises(basalt.InvalidArgumentError):
-        off.end_profiling(str(tmp_path / "none.json"))
+    assert off.end_profiling(str(tmp_path / "none.json")) == ""  # onnxruntime's answer when profiling is off
+    assert not (tmp_path / "none.json").exists()
 
 
 def test_session_options_pool_spin_level_plan_cache():
@@ -513,12 +515,13 @@ def test_session_options_pool_spin_level_plan_cache():
     o.plan_cache_entries = 3
     o.plan_cache_bytes = 1 << 26
     assert (o.shared_pool, o.spin_us, o.graph_optimization_level, o.plan_cache_entries) == (True, 0, 1, 3)
-    o.graph_optimization_level = 99  # onnxruntime's ORT_ENABLE_ALL
-    assert o.graph_optimization_level == 3
+    o.graph_optimization_level = 99  # onnxruntime's ORT_ENABLE_ALL: kept as set, basalt's level 3 at load
+    assert o.graph_optimization_level == basalt.GraphOptimizationLevel.ORT_ENABLE_ALL
     for attr, bad in (("spin_us", -1), ("graph_optimization_level", 7), ("plan_cache_entries", -2)):
         with pytest.raises(ValueError, match=attr):
             setattr(o, attr, bad)
     s = basalt.InferenceSession(str(DET), o)
+    assert s.options.graph_optimization_level == 3
     st = s.memory_stats()
     for k in ("packed_weight_bytes", "plan_cache_hits", "plan_cache_misses", "plan_cache_evictions",
               "plan_cache_entries", "arena_bytes", "peak_run_bytes"):
