@@ -71,7 +71,9 @@ static void apply_free_dimensions(Graph& g, const SessionOptions& o) {
 
 // SessionOptions::initializers: the caller's tensors replace initializers of the main graph.
 static void apply_initializers(Graph& g, const SessionOptions& o) {
-  for (const auto& [name, t] : o.initializers) {
+  for (const auto& entry : o.initializers) {
+    const std::string& name = entry.first;
+    const Tensor& t = entry.second;
     auto it = std::find_if(g.values.begin(), g.values.end(), [&](const ValueDef& v) { return v.name == name; });
     if (it == g.values.end() || !it->is_initializer)
       BASALT_THROW(InvalidArgument, "SessionOptions.initializers: '" + name + "' is not an initializer of the model");
