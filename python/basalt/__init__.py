@@ -12,8 +12,8 @@ from ._native import (  # noqa: F401  (re-exported)
     InvalidProtobufError, MemoryLimitError, NodeArg, UnsupportedError,
 )
 from ._options import (  # noqa: F401
-    ExecutionMode, ExecutionOrder, GraphOptimizationLevel, OrtAllocatorType, OrtMemType, OrtSparseFormat,
-    RunOptions, SessionOptions,
+    ExecutionMode, ExecutionOrder, GraphOptimizationLevel, OrtAllocatorType, OrtArenaCfg,
+    OrtExecutionProviderDevicePolicy, OrtMemoryInfo, OrtMemType, OrtSparseFormat, RunOptions, SessionOptions,
 )
 from ._session import (  # noqa: F401
     ALL_PROVIDERS, AVAILABLE_PROVIDERS, InferenceSession, IOBinding, ModelMetadata, OrtDevice, OrtValue,
@@ -91,3 +91,33 @@ def create_and_register_allocator(mem_info=None, arena_cfg=None):
 
 
 create_and_register_allocator_v2 = create_and_register_allocator
+
+
+def get_ep_devices():
+    """onnxruntime 1.22's plug-in execution-provider devices: basalt has none (it is the CPU provider)."""
+    return []
+
+
+def register_execution_provider_library(registration_name, path):
+    raise UnsupportedError(f"execution provider library '{path}': basalt loads no execution providers")
+
+
+def unregister_execution_provider_library(registration_name):
+    raise UnsupportedError(f"no execution provider library '{registration_name}' is registered")
+
+
+class LoraAdapter:
+    """onnxruntime's LoRA adapters: not supported."""
+
+    def __init__(self, *args, **kwargs):
+        raise UnsupportedError("basalt does not load LoRA adapters")
+
+
+AdapterFormat = LoraAdapter
+
+
+class ModelCompiler:
+    """onnxruntime's ahead-of-time EP compilation: not supported (there is no EP to compile for)."""
+
+    def __init__(self, *args, **kwargs):
+        raise UnsupportedError("basalt has no execution providers to compile a model for")

@@ -47,6 +47,16 @@ class OrtMemType(enum.IntEnum):
     DEFAULT = 0
 
 
+class OrtExecutionProviderDevicePolicy(enum.IntEnum):
+    DEFAULT = 0
+    PREFER_CPU = 1
+    PREFER_NPU = 2
+    PREFER_GPU = 3
+    MAX_PERFORMANCE = 4
+    MAX_EFFICIENCY = 5
+    MIN_OVERALL_POWER = 6
+
+
 class OrtSparseFormat(enum.IntEnum):
     ORT_SPARSE_UNDEFINED = 0
     ORT_SPARSE_COO = 1
@@ -324,6 +334,26 @@ class SessionOptions:
         raise _native.UnsupportedError(f"custom op library '{path}': basalt does not load custom operator libraries "
                                        "yet (the custom-ops work, issue 40); the model's custom ops cannot run")
 
+    def add_provider(self, provider_name, provider_options=None):
+        """onnxruntime 1.22's explicit provider list: the CPU provider is accepted (it is basalt), any
+        other is not available here."""
+        if provider_name != "CPUExecutionProvider":
+            raise _native.UnsupportedError(f"provider '{provider_name}' is not available: basalt runs on the CPU "
+                                           "(CPUExecutionProvider) only")
+
+    def add_provider_for_devices(self, ep_devices, provider_options=None):
+        if list(ep_devices):
+            raise _native.UnsupportedError("basalt has no execution-provider devices (get_ep_devices() is empty)")
+
+    def set_provider_selection_policy(self, policy):
+        """Accepted: the one provider, the CPU, is always selected."""
+
+    def has_providers(self):
+        return False
+
+    def set_load_cancellation_flag(self, value):
+        """Accepted: a basalt load is not cancelled midway (loads take milliseconds to a few seconds)."""
+
     def __repr__(self):
         return (f"SessionOptions(intra_op_num_threads={self._o.threads}, graph_optimization_level={self._level.name}, "
                 f"memory_limit={self._o.memory_limit}, enable_profiling={self.enable_profiling})")
@@ -398,5 +428,24 @@ class RunOptions:
             raise _native.InvalidArgumentError(f"RunOptions does not have configuration with key: {key}")
         return self._config[key]
 
+    def add_active_adapter(self, adapter):
+        raise _native.UnsupportedError("basalt does not load LoRA adapters")
+
     def __repr__(self):
         return f"RunOptions(logid={self.logid!r}, terminate={self.terminate})"
+
+
+class OrtArenaCfg:
+    """Accepted for create_and_register_allocator; basalt sizes each run's arena from its plan."""
+
+    def __init__(self, *args, **kwargs):
+        self.config = dict(kwargs) if kwargs else (args[0] if args and isinstance(args[0], dict) else {})
+
+
+class OrtMemoryInfo:
+    """A memory description; basalt's memory is CPU memory."""
+
+    def __init__(self, name="Cpu", alloc_type=1, device_id=0, mem_type=0):
+        if str(name).lower() not in ("cpu", "cpuinput", "cpuoutput"):
+            raise _native.InvalidArgumentError(f"memory '{name}': basalt has CPU memory only")
+        self.name, self.alloc_type, self.device_id, self.mem_type = "Cpu", alloc_type, device_id, mem_type

@@ -4,8 +4,10 @@ Everything here is basalt's package under onnxruntime's names (docs/python.md)."
 import basalt as _basalt
 from basalt import *  # noqa: F401,F403
 from basalt import (  # noqa: F401  (names `import *` leaves out)
-    ExecutionMode, ExecutionOrder, GraphOptimizationLevel, InferenceSession, IOBinding, ModelMetadata, NodeArg,
-    OrtAllocatorType, OrtDevice, OrtMemType, OrtSparseFormat, OrtValue, RunOptions, SessionIOBinding,
+    AdapterFormat, ExecutionMode, ExecutionOrder, GraphOptimizationLevel, InferenceSession, IOBinding, LoraAdapter,
+    ModelCompiler, ModelMetadata, NodeArg, OrtAllocatorType, OrtArenaCfg, OrtDevice, OrtExecutionProviderDevicePolicy,
+    OrtMemoryInfo, OrtMemType, OrtSparseFormat, OrtValue, RunOptions, SessionIOBinding, get_ep_devices,
+    register_execution_provider_library, unregister_execution_provider_library,
     SessionOptions, SparseTensor, create_and_register_allocator, create_and_register_allocator_v2,
     disable_telemetry_events, enable_telemetry_events, get_all_providers, get_available_providers, get_build_info,
     get_device, get_version_string, has_collective_ops, preload_dlls, set_default_logger_severity,

@@ -214,6 +214,28 @@ def compare(got, ref):
     return True, f"relL2={worst:.2e}{floor_note}"
 
 
+def ort_reference(models_dir, model_path, feeds, inputs_dir, out_dir, ort_path, threads, timeout, env,
+                  use_cache=True):
+    """ORT's outputs for `feeds` (saved in inputs_dir with inputs.json): from MODELS_DIR/.ort_cache,
+    keyed by model file, inputs, ORT path and threads, else by running ORT into out_dir (and caching
+    it). Returns (rc, message, ORT seconds or 0 when cached, folder holding outputs.json)."""
+    key = hashlib.sha256()
+    st = os.stat(model_path)
+    key.update(f"{os.path.realpath(model_path)}|{st.st_size}|{st.st_mtime_ns}|{ort_path}|{threads}".encode())
+    for n, a in feeds:
+        key.update(n.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
+    cache = os.path.join(models_dir, ".ort_cache", key.hexdigest()[:32])
+    if use_cache and os.path.exists(os.path.join(cache, "outputs.json")):
+        return 0, "", 0.0, cache
+    rc, msg, to = run_cmd(["node", os.path.join(HERE, "ort_run.js"), model_path, inputs_dir, out_dir, str(threads)],
+                          timeout, env=env)
+    if rc == 0 and use_cache:
+        shutil.rmtree(cache, ignore_errors=True)
+        shutil.copytree(out_dir, cache + ".part")
+        os.replace(cache + ".part", cache)
+    return rc, msg, to, out_dir
+
+
 def prepare(args):
     """Fetches the real models, installs ORT and generates the models. Returns the ORT package path."""
     if not args.no_fetch:
@@ -292,28 +314,12 @@ def main():
             print(f"FAIL {c.label}: basalt: {msg or f'exit status {rc}'} ({tb:.1f} s)", flush=True)
             failed += 1
             continue
-        # ORT reference outputs are cached under MODELS_DIR/.ort_cache, keyed by model file, inputs and
-        # ORT version, so that re-runs only pay for basalt
-        key = hashlib.sha256()
-        st = os.stat(c.model_path)
-        key.update(f"{os.path.realpath(c.model_path)}|{st.st_size}|{st.st_mtime_ns}|{ort_path}|{args.threads}".encode())
-        for n, a in feeds:
-            key.update(n.encode() + str(a.dtype).encode() + str(a.shape).encode() + a.tobytes())
-        cache = os.path.join(args.models_dir, ".ort_cache", key.hexdigest()[:32])
-        to = 0.0
-        if not args.no_cache and os.path.exists(os.path.join(cache, "outputs.json")):
-            od = cache
-        else:
-            rc, msg, to = run_cmd(["node", os.path.join(HERE, "ort_run.js"), c.model_path, ind, od,
-                                   str(args.threads)], args.timeout, env=env)
-            if rc != 0:
-                print(f"FAIL {c.label}: ORT: {msg or f'exit status {rc}'}", flush=True)
-                failed += 1
-                continue
-            if not args.no_cache:
-                shutil.rmtree(cache, ignore_errors=True)
-                shutil.copytree(od, cache + ".part")
-                os.replace(cache + ".part", cache)
+        rc, msg, to, od = ort_reference(args.models_dir, c.model_path, feeds, ind, od, ort_path, args.threads,
+                                        args.timeout, env, use_cache=not args.no_cache)
+        if rc != 0:
+            print(f"FAIL {c.label}: ORT: {msg or f'exit status {rc}'}", flush=True)
+            failed += 1
+            continue
         try:
             ok, detail = compare(load_outputs(bd), load_outputs(od))
         except Exception as e:  # unreadable outputs

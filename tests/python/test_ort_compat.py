@@ -491,3 +491,76 @@ def test_unknown_keyword_and_bad_options(add_model):
     assert ort.InferenceSession(pathlib.Path(add_model)).get_outputs()[0].name == "z"
     with open(add_model, "rb") as f:
         assert ort.InferenceSession(f.read()).get_outputs()[0].name == "z"
+
+
+def test_newer_provider_apis_and_unsupported_features(add_model):
+    assert ort.get_ep_devices() == []
+    o = ort.SessionOptions()
+    o.add_provider("CPUExecutionProvider", {})
+    o.set_provider_selection_policy(ort.OrtExecutionProviderDevicePolicy.PREFER_CPU)
+    o.set_load_cancellation_flag(False)
+    assert o.has_providers() is False
+    with pytest.raises(NotImplemented, match="CUDAExecutionProvider"):
+        o.add_provider("CUDAExecutionProvider", {})
+    for make in (lambda: ort.LoraAdapter(), lambda: ort.SparseTensor(), lambda: ort.ModelCompiler(),
+                 lambda: ort.register_execution_provider_library("x", "/lib/x.so"),
+                 lambda: ort.RunOptions().add_active_adapter(None)):
+        with pytest.raises(NotImplemented):
+            make()
+    ort.create_and_register_allocator(ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
+                                                        ort.OrtMemType.DEFAULT), ort.OrtArenaCfg(0, -1, -1, -1))
+    with pytest.raises(InvalidArgument):
+        ort.OrtMemoryInfo("Cuda")
+    assert ort.InferenceSession(add_model, o).run(None, {"x": np.ones((1, 4), np.float32)})[0].shape == (1, 4)
+
+
+def _parity():
+    import importlib.util
+    path = pathlib.Path(__file__).resolve().parents[1] / "parity" / "run_parity.py"
+    spec = importlib.util.spec_from_file_location("run_parity", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_real_models_in_the_style_of_ort_programs_match_ort(tmp_path):
+    """Each real model (default shapes) loaded the way the OCR, wake-word and VAD programs load it,
+    through the alias, against ONNX Runtime 1.30's outputs (the parity suite's cache, or a fresh ORT
+    run through node), with the parity suite's acceptance rule."""
+    import subprocess
+    rp = _parity()
+    root = pathlib.Path(__file__).resolve().parents[2]
+    models = root / "models"
+    cases = [c for c in rp.real_cases(str(models), True) if os.path.exists(c.model_path)]
+    if not cases:
+        pytest.skip("no real models in models/ (scripts/prepare_models.sh fetches them)")
+    r = subprocess.run(["bash", str(root / "scripts" / "setup_ort.sh")], capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        pytest.skip("ONNX Runtime for node is not installed (scripts/setup_ort.sh)")
+    ort_path = r.stdout.strip().splitlines()[-1]
+    env = dict(os.environ, ORT_NODE_PATH=ort_path)
+    for c in cases:
+        so = ort.SessionOptions()
+        so.inter_op_num_threads = 1
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        so.enable_cpu_mem_arena = False
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        sess = ort.InferenceSession(c.model_path, sess_options=so, providers=["CPUExecutionProvider"])
+        assert isinstance(sess.get_modelmeta().custom_metadata_map, dict)
+        feeds = c.make_inputs()
+        names = [i.name for i in sess.get_inputs()]
+        assert set(n for n, _ in feeds) <= set(names + [i.name for i in sess.get_overridable_initializers()])
+        got = sess.run(None, dict(feeds))
+        d = tmp_path / c.label.replace(" ", "_").replace("/", "_")
+        ind, od = d / "in", d / "ort"
+        ind.mkdir(parents=True)
+        listing = []
+        for k, (n, a) in enumerate(feeds):
+            np.save(ind / f"input_{k}.npy", a)
+            listing.append({"name": n, "file": f"input_{k}.npy"})
+        json.dump(listing, open(ind / "inputs.json", "w"))
+        rc, msg, _, ref_dir = rp.ort_reference(str(models), c.model_path, feeds, str(ind), str(od), ort_path, 1, 600, env)
+        assert rc == 0, f"{c.label}: ORT failed: {msg}"
+        ok, detail = rp.compare([(o.name, g) for o, g in zip(sess.get_outputs(), got)], rp.load_outputs(ref_dir))
+        assert ok, f"{c.label}: {detail}"
