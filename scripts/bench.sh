@@ -23,4 +23,8 @@ else
   /usr/bin/python3 "$ROOT/tests/parity/gen_models.py" "$ROOT/models/generated" >/dev/null 2>&1
 fi
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-exec /usr/bin/python3 "$ROOT/scripts/bench_compare.py" --basalt "$BUILD/basalt" "$@"
+/usr/bin/python3 "$ROOT/scripts/bench_compare.py" --basalt "$BUILD/basalt" "$@"
+# The Python API's per-call overhead against the C API (docs/python.md).
+if [[ " $* " != *" --quick "* ]] && [ -x "$BUILD/basalt_capi_overhead" ]; then
+  /usr/bin/python3 "$ROOT/scripts/bench_python_overhead.py" --build "$BUILD"
+fi
