@@ -157,6 +157,17 @@ void set_checked(basalt::SessionOptions& o, const char* attr, F&& set) {
   o = t;
 }
 
+// An int option read and written through set_checked (validated, named in the error).
+void checked_property(py::class_<basalt::SessionOptions>& c, const char* name, int basalt::SessionOptions::*field,
+                      const char* doc) {
+  c.def_property(
+      name, [field](const basalt::SessionOptions& o) { return o.*field; },
+      [name, field](basalt::SessionOptions& o, int v) {
+        set_checked(o, name, [&](basalt::SessionOptions& t) { t.*field = v; });
+      },
+      doc);
+}
+
 // ---------------------------------------------------------------- dtypes
 
 // The numpy dtype for a basalt dtype that numpy can hold bit for bit, or nullptr.
@@ -686,21 +697,16 @@ PYBIND11_MODULE(_native, m) {
       "API on top of it.";
   make_exception_types(m);
 
-  py::class_<basalt::SessionOptions>(m, "SessionOptions",
-                                     "Options of an InferenceSession. Unknown attributes are an AttributeError.")
-      .def(py::init<>())
-      .def_property(
-          "intra_op_num_threads", [](const basalt::SessionOptions& o) { return o.threads; },
-          [](basalt::SessionOptions& o, int n) {
-            set_checked(o, "intra_op_num_threads", [&](basalt::SessionOptions& t) { t.threads = n; });
-          },
-          "Threads one run may use inside an op, the calling thread included; 0 = every core this process may use.")
-      .def_property(
-          "threads", [](const basalt::SessionOptions& o) { return o.threads; },
-          [](basalt::SessionOptions& o, int n) {
-            set_checked(o, "threads", [&](basalt::SessionOptions& t) { t.threads = n; });
-          },
-          "Alias of intra_op_num_threads.")
+  py::class_<basalt::SessionOptions> opts(m, "SessionOptions", "basalt's native session options.");
+  checked_property(opts, "intra_op_num_threads", &basalt::SessionOptions::threads,
+                   "Threads one run may use inside an op, the calling thread included; 0 = every core this process "
+                   "may use.");
+  checked_property(opts, "threads", &basalt::SessionOptions::threads, "Alias of intra_op_num_threads.");
+  checked_property(opts, "spin_us", &basalt::SessionOptions::spin_us,
+                   "Microseconds an idle pool thread spins before it sleeps; 0 = never spin.");
+  checked_property(opts, "graph_optimization_level", &basalt::SessionOptions::optimization_level,
+                   "basalt's level: 0 none, 1 basic, 2 extended, 3 all (the package maps onnxruntime's levels onto it).");
+  opts.def(py::init<>())
       .def_readwrite("memory_limit", &basalt::SessionOptions::memory_limit,
                      "Bytes; 0 = no limit. A run whose memory plan needs more raises MemoryLimitError before "
                      "allocating; the session stays usable for smaller inputs.")
@@ -709,18 +715,6 @@ PYBIND11_MODULE(_native, m) {
                      "the heap; the plan is still made for the memory limit.")
       .def_readwrite("shared_pool", &basalt::SessionOptions::shared_pool,
                      "Use the process-wide thread pool (shared by every session that sets this) instead of an own one.")
-      .def_property(
-          "spin_us", [](const basalt::SessionOptions& o) { return o.spin_us; },
-          [](basalt::SessionOptions& o, int v) {
-            set_checked(o, "spin_us", [&](basalt::SessionOptions& t) { t.spin_us = v; });
-          },
-          "Microseconds an idle pool thread spins before it sleeps; 0 = never spin.")
-      .def_property(
-          "graph_optimization_level", [](const basalt::SessionOptions& o) { return o.optimization_level; },
-          [](basalt::SessionOptions& o, int l) {
-            set_checked(o, "graph_optimization_level", [&](basalt::SessionOptions& t) { t.optimization_level = l; });
-          },
-          "basalt's level: 0 none, 1 basic, 2 extended, 3 all (the package maps onnxruntime's levels onto it).")
       .def_readwrite("free_dimensions_by_name", &basalt::SessionOptions::free_dimensions_by_name)
       .def_readwrite("free_dimensions_by_denotation", &basalt::SessionOptions::free_dimensions_by_denotation)
       .def_readwrite("optimized_model_path", &basalt::SessionOptions::optimized_model_path)
