@@ -325,6 +325,18 @@ struct Range {
   const char* end;
 };
 
+// The memory of the arrays the run views (inputs and bound outputs): outputs that overlap it are
+// copied before they leave the run.
+std::vector<Range> ranges_of(const Keep& keep) {
+  std::vector<Range> ranges;
+  for (const py::object& o : keep.arrays) {
+    const py::array& a = static_cast<const py::array&>(o);
+    const char* b = static_cast<const char*>(a.data());
+    ranges.push_back({b, b + a.nbytes()});
+  }
+  return ranges;
+}
+
 // True when `t` may not be handed to numpy as is: its bytes belong to someone else (an input
 // view, a mapped weight), or another Tensor shares them (a weight copied at load, a second output
 // of the same value). Runs without the GIL; the run's own references are gone by now, so a
@@ -529,12 +541,7 @@ py::list run_session(const PySession& ps, py::object output_names, py::object in
   std::vector<std::string> names = output_names_of(output_names);
   Keep keep;  // declared first: destroyed last, with the GIL held
   std::vector<std::pair<std::string, Value>> feeds = feeds_of(s, input_feed, keep);
-  std::vector<Range> ranges;
-  for (const py::object& o : keep.arrays) {
-    const py::array& a = static_cast<const py::array&>(o);
-    const char* b = static_cast<const char*>(a.data());
-    ranges.push_back({b, b + a.nbytes()});
-  }
+  std::vector<Range> ranges = ranges_of(keep);
 
   std::vector<Value> outs;
   {
@@ -577,12 +584,7 @@ py::list run_bound_session(const PySession& ps, py::dict outputs, py::object inp
     keep.arrays.push_back(a);
     bind.emplace_back(name, Tensor::view(t, shape_of(a), a.mutable_data(), nullptr));
   }
-  std::vector<Range> ranges;
-  for (const py::object& o : keep.arrays) {
-    const py::array& a = static_cast<const py::array&>(o);
-    const char* b = static_cast<const char*>(a.data());
-    ranges.push_back({b, b + a.nbytes()});
-  }
+  std::vector<Range> ranges = ranges_of(keep);
   std::vector<Value> outs;
   std::vector<bool> is_bound(s.outputs().size(), false);
   for (const auto& [name, t] : bind)

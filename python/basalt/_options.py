@@ -108,6 +108,16 @@ def _flag(key, value):
     return value == "1"
 
 
+def _bool_option(slot, doc):
+    """A SessionOptions property kept as a bool in `slot` and mapped onto the native options at load."""
+    def get(self):
+        return getattr(self, slot)
+
+    def set_(self, v):
+        object.__setattr__(self, slot, bool(v))
+    return property(get, set_, doc=doc)
+
+
 # basalt's own knobs, read and written straight on the native options (validated there).
 _NATIVE = ("threads", "shared_pool", "spin_us", "memory_limit", "memory_plan", "plan_cache_entries",
            "plan_cache_bytes", "dynamic_pool_bytes", "winograd", "allow_unsupported", "profile_path")
@@ -204,33 +214,9 @@ class SessionOptions:
     def execution_order(self, v):
         object.__setattr__(self, "_execution_order", _enum(ExecutionOrder, "execution_order", v))
 
-    @property
-    def enable_cpu_mem_arena(self):
-        """False: no planned arena, every tensor from the heap (basalt's memory_plan off)."""
-        return self._arena
-
-    @enable_cpu_mem_arena.setter
-    def enable_cpu_mem_arena(self, v):
-        object.__setattr__(self, "_arena", bool(v))
-
-    @property
-    def enable_mem_pattern(self):
-        """False: plans are not cached across runs (basalt's plan_cache_entries = 0)."""
-        return self._pattern
-
-    @enable_mem_pattern.setter
-    def enable_mem_pattern(self, v):
-        object.__setattr__(self, "_pattern", bool(v))
-
-    @property
-    def enable_mem_reuse(self):
-        """False: tensors do not share planned memory (basalt's memory_plan off)."""
-        return self._reuse
-
-    @enable_mem_reuse.setter
-    def enable_mem_reuse(self, v):
-        object.__setattr__(self, "_reuse", bool(v))
-
+    enable_cpu_mem_arena = _bool_option("_arena", "False: no planned arena, every tensor from the heap (basalt's memory_plan off).")
+    enable_mem_pattern = _bool_option("_pattern", "False: plans are not cached across runs (basalt's plan_cache_entries = 0).")
+    enable_mem_reuse = _bool_option("_reuse", "False: tensors do not share planned memory (basalt's memory_plan off).")
     @property
     def enable_profiling(self):
         return self._profiling or self._o.enable_profiling
@@ -282,15 +268,9 @@ class SessionOptions:
     def logid(self, v):
         object.__setattr__(self, "_logid", str(v))
 
-    @property
-    def use_deterministic_compute(self):
-        """Accepted: basalt's kernels split work into fixed chunks, so for a given thread count a run's
-        results do not change from one run to the next (tests/python/test_ort_compat.py checks it)."""
-        return self._deterministic
-
-    @use_deterministic_compute.setter
-    def use_deterministic_compute(self, v):
-        object.__setattr__(self, "_deterministic", bool(v))
+    use_deterministic_compute = _bool_option(
+        "_deterministic", "Accepted: basalt's kernels split work into fixed chunks, so for a given thread count a "
+        "run's results do not change from one run to the next (tests/python/test_ort_compat.py checks it).")
 
     # -- methods ----------------------------------------------------------------------------
 
@@ -365,10 +345,7 @@ class SessionOptions:
         arrays that must stay alive as long as the session (initializers used in place)."""
         o = _native.SessionOptions()
         for name in _NATIVE:
-            if name != "profile_path":
-                setattr(o, name, getattr(self._o, name))
-        o.profile_path = self._o.profile_path
-        o.intra_op_num_threads = self._o.threads
+            setattr(o, name, getattr(self._o, name))
         o.graph_optimization_level = _LEVEL_TO_BASALT[int(self._level)]
         o.enable_profiling = self.enable_profiling
         if not self._arena or not self._reuse:
