@@ -11,6 +11,7 @@ The layers, bottom to top (docs/architecture.md explains each):
     opt       the graph optimizer (fusions, layout, constant folding)
     runtime   shape inference walk, memory planner, executor, session, profiler
     api       the C API (include/basalt/c_api.h)
+    serve     the Open Inference Protocol server (basalt serve): repository, scheduler, REST, gRPC
     tools     the CLI
 
 A file may include its own folder and any folder below it, never one above. Public headers
@@ -22,7 +23,7 @@ import os
 import re
 import sys
 
-LAYERS = ["core", "kernels", "graph", "ops", "onnx", "opt", "runtime", "api", "tools"]
+LAYERS = ["core", "kernels", "graph", "ops", "onnx", "opt", "runtime", "api", "serve", "tools"]
 RANK = {name: i for i, name in enumerate(LAYERS)}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 SOURCE_EXT = (".cpp", ".hpp", ".inc", ".h", ".c")

@@ -11,6 +11,10 @@ PKGS=(
   python3-dev pybind11-dev                  # the Python module (build/python/basalt*.so)
   libonnx-testdata                          # ONNX conformance data (932 node tests, opset <= 17)
   clang-14 libclang-rt-14-dev               # libFuzzer targets (make fuzz, build-fuzz/)
+  libboost-dev libsimdjson-dev libssl-dev  # basalt serve: HTTP (Beast/Asio), request JSON, TLS
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # basalt serve: gRPC
+  python3-grpcio python3-protobuf wrk       # serving tests (gRPC client) and the load benchmark
+  openssl                                   # serving tests: a self-signed certificate for TLS
   ca-certificates
 )
 missing=()

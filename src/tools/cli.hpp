@@ -56,6 +56,7 @@ int cmd_bench(const std::vector<std::string>& args);    // cli_bench.cpp
 int cmd_perf(const std::vector<std::string>& args);     // cli_perf.cpp: perf shapes | perf switch
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_optimize(const std::vector<std::string>& args);  // cli_optimize.cpp
+int cmd_serve(const std::vector<std::string>& args);  // cli_serve.cpp: the KServe v2 server
 int cmd_conformance(const std::vector<std::string>& args, const char* argv0);
 
 }  // namespace basalt

@@ -14,7 +14,7 @@
 #include "kernels/cpu.hpp"
 #include "graph/model.hpp"
 #include "tools/cli.hpp"
-#include "tools/rss.hpp"
+#include "core/rss.hpp"
 
 #include <nlohmann/json.hpp>
 

@@ -27,7 +27,7 @@
 // rss_after_release over cycles 2..K; cycle 1 also pays one-time costs such as faulting in code
 // pages and starting allocator arenas), cycles}.
 #include "tools/cli.hpp"
-#include "tools/rss.hpp"
+#include "core/rss.hpp"
 
 #include <nlohmann/json.hpp>
 

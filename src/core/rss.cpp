@@ -1,5 +1,5 @@
-// Resident-memory readings (see rss.hpp). Named cli_*.cpp so the CLI target's glob picks it up.
-#include "tools/rss.hpp"
+// Resident-memory readings (see rss.hpp): the CLI and the server report them.
+#include "core/rss.hpp"
 
 #include <algorithm>
 #include <cstdio>

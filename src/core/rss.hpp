@@ -1,4 +1,5 @@
-// Resident-memory readings of this process, for the measuring commands (bench, perf, run).
+// Resident-memory readings of this process, for the measuring commands (bench, perf, run) and the
+// server's /metrics.
 //
 // All figures are in MB (MiB, 2^20 bytes) and come from /proc/self/status:
 // - VmRSS: resident now;
