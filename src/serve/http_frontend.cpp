@@ -73,6 +73,21 @@ void HttpFrontend::close_connections() {
   for (int fd : conn_fds_) ::shutdown(fd, SHUT_RDWR);
 }
 
+// After an error answered before the body was read (413, 431, 400): stop writing and read what
+// the client is still sending, for up to 2 s, so that it gets to read the answer instead of a
+// reset connection (a "lingering close", as HTTP servers do).
+static void linger_close(int fd) {
+  ::shutdown(fd, SHUT_WR);
+  timeval tv{0, 200000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[65536];
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < until) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+  }
+}
+
 static http::response<http::string_body> make_response(const RestReply& r, unsigned version, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(r.status), version};
   res.set(http::field::server, "basalt");
@@ -120,6 +135,7 @@ void HttpFrontend::serve_connection(Stream& stream, int fd) {
       http::write(stream, res, ec);
       core_.log_access("http", "-", reply.status, 0, reply.body.size(),
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if constexpr (std::is_same_v<Stream, tcp::socket>) linger_close(fd);
       return;
     }
     auto& msg = parser.get();
