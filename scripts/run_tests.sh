@@ -106,6 +106,10 @@ run_suite bench-smoke bash "$ROOT/scripts/bench.sh" "$BUILD" --quick
 run_suite nodes-smoke "$PY" "$ROOT/scripts/compare_nodes.py" --basalt "$BASALT" --quick
 run_suite capi "$ROOT/tests/capi/run.sh" "$BUILD"
 run_suite python pytest_suite "$ROOT/tests/python"
+# basalt serve: the protocol suite and the bad-request suite (fast tier), then load/unload under
+# load and the bounded soak (docs/serving.md).
+run_suite serve pytest_suite "$ROOT/tests/serve/test_serve.py" "$ROOT/tests/serve/test_serve_bad_input.py"
+run_suite serve-soak pytest_suite -s "$ROOT/tests/serve/test_serve_soak.py"
 run_suite fuzz-regressions "$ROOT/tests/fuzz/replay.sh" "$BUILD"
 # The sanitizer suites (issue 9, `make test-sanitize`): clang-14 ASan + UBSan build (build-fuzz/,
 # shared with fuzz-short below) of the CLI, unit tests and replayers; then unit, bad-input, Debian

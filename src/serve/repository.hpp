@@ -82,13 +82,16 @@ class ModelVersion {
   int in_flight() const { return in_flight_.load(); }
 
   // Checks the request against the model (names, datatypes, ranks, fixed dims, batch limit),
-  // queues it and waits for the answer. Throws ServeError (Unavailable when the queue is full).
+  // then runs it: on the calling thread when the model does not batch and an instance is free
+  // (no hand-off between threads), else through the queue and a worker. Throws ServeError
+  // (Unavailable when the queue is full).
   InferResponse infer(InferRequest&& req);
 
  private:
   void check(const InferRequest& req) const;
   void worker();
   void run_batch(std::vector<std::shared_ptr<Pending>>& batch);
+  void run_timed(std::vector<std::shared_ptr<Pending>>& batch);  // run_batch + queue/compute/batch metrics
   void run_one(Pending& p);
   bool batchable_with(const InferRequest& a, const InferRequest& b) const;
 
@@ -103,6 +106,7 @@ class ModelVersion {
   std::deque<std::shared_ptr<Pending>> queue_;
   bool stopping_ = false;
   std::atomic<int> in_flight_{0};
+  int running_ = 0;  // runs in progress (inline or by a worker), at most cfg_.instances; under mu_
   std::vector<std::thread> workers_;
 };
 
