@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Fuzzes basalt with libFuzzer for SECONDS in all, split over the three targets in tests/fuzz/
+# Fuzzes basalt with libFuzzer for SECONDS in all, split over the four targets in tests/fuzz/
 # (load: bytes -> Session, run: small models on random shapes/values, external: the
-# external-data resolver), built in build-fuzz/ (scripts/build_sanitize.sh: clang-14, ASan + UBSan,
+# external-data resolver, serve: the server's REST and gRPC request decoders), built in build-fuzz/ (scripts/build_sanitize.sh: clang-14, ASan + UBSan,
 # coverage).
 # Seeds: the Debian conformance models. Crashes land in build-fuzz/crashes/<target>/: each one
 # is a bug to fix, then copied to tests/fuzz/regressions/<target>/ (replayed by `make test`).
@@ -10,7 +10,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SECS=${1:-60}
-B=$(bash "$ROOT/scripts/build_sanitize.sh" fuzz_load fuzz_run fuzz_external | tail -1)
+B=$(bash "$ROOT/scripts/build_sanitize.sh" fuzz_load fuzz_run fuzz_external fuzz_serve | tail -1)
 [ -d "$B" ] || { echo "0 passed, 1 failed"; exit 1; }
 
 SEEDS=/usr/share/libonnx-testdata/data/node
@@ -20,9 +20,9 @@ if [ -d "$SEEDS" ] && [ -z "$(ls -A "$B/seeds/load")" ]; then
 fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
-per=$(( SECS / 3 )); [ "$per" -ge 1 ] || per=1
+per=$(( SECS / 4 )); [ "$per" -ge 1 ] || per=1
 pass=0; fail=0
-for t in load run external; do
+for t in load run external serve; do
   mkdir -p "$B/corpus/$t" "$B/crashes/$t"
   seeds=(); [ "$t" = load ] && seeds=("$B/seeds/load")
   # First the saved regressions under ASan + UBSan (the sanitizer check of these inputs in CI).

@@ -9,7 +9,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=$(bash "$ROOT/scripts/build_sanitize.sh" basalt basalt_tests basalt_fuzz_replay_load basalt_fuzz_replay_run \
-  basalt_fuzz_replay_external | tail -1)
+  basalt_fuzz_replay_external basalt_fuzz_replay_serve | tail -1)
 [ -d "$B" ] || { echo "0 passed, 1 failed"; exit 1; }
 # Leak checking stays off: sessions cached in function statics (fuzz replayers) are not leaks.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0:allocator_may_return_null=1:abort_on_error=1}

@@ -1,7 +1,7 @@
 // gRPC front end (see grpc_frontend.hpp).
 #include "serve/grpc_frontend.hpp"
 
-#include "grpc_predict_v2.grpc.pb.h"
+#include <grpc_predict_v2.grpc.pb.h>  // generated from src/serve/proto/ into the build tree
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/resource_quota.h>
@@ -87,6 +87,47 @@ static Tensor tensor_from_contents(const std::string& name, DType dt, const Shap
   return t;
 }
 
+// A ModelInferRequest into an InferRequest: raw_input_contents (one per input) or typed contents.
+static InferRequest decode_model_infer(const pb::ModelInferRequest& q, int64_t max_el) {
+  InferRequest req;
+  req.model = q.model_name();
+  req.version = q.model_version();
+  req.id = q.id();
+  bool raw = q.raw_input_contents_size() > 0;
+  if (raw && q.raw_input_contents_size() != q.inputs_size())
+    throw ServeError(Status::BadRequest, "raw_input_contents has " + std::to_string(q.raw_input_contents_size()) +
+                                             " entries for " + std::to_string(q.inputs_size()) + " inputs");
+  for (int i = 0; i < q.inputs_size(); ++i) {
+    const auto& in = q.inputs(i);
+    DType dt = dtype_from_datatype(in.datatype());
+    Shape shape(in.shape().begin(), in.shape().end());
+    checked_numel(in.name(), shape, max_el);
+    Tensor t;
+    if (raw) {
+      if (in.has_contents())
+        throw ServeError(Status::BadRequest, "input '" + in.name() + "' has contents, but the request uses raw_input_contents");
+      const std::string& b = q.raw_input_contents(i);
+      t = tensor_from_raw(in.name(), dt, shape, b.data(), b.size());
+    } else {
+      t = tensor_from_contents(in.name(), dt, shape, in.contents());
+    }
+    req.inputs.push_back({in.name(), std::move(t)});
+  }
+  for (const auto& o : q.outputs()) {
+    for (const auto& prev : req.outputs)
+      if (prev.name == o.name()) throw ServeError(Status::BadRequest, "output '" + o.name() + "' requested twice");
+    req.outputs.push_back({o.name(), true});
+  }
+  return req;
+}
+
+
+InferRequest decode_model_infer_bytes(const std::string& bytes, int64_t max_elements) {
+  pb::ModelInferRequest q;
+  if (!q.ParseFromString(bytes)) throw ServeError(Status::BadRequest, "malformed ModelInferRequest protobuf");
+  return decode_model_infer(q, max_elements);
+}
+
 class InferenceService final : public pb::GRPCInferenceService::Service {
  public:
   explicit InferenceService(ServerCore& core) : core_(core) {}
@@ -133,7 +174,7 @@ class InferenceService final : public pb::GRPCInferenceService::Service {
       core_.authorize(auth_of(ctx));
       InferRequest req;
       try {
-        req = decode(*q);
+        req = decode_model_infer(*q, core_.options().limits.max_tensor_elements);
       } catch (const ServeError& e) {
         core_.count_failure(q->model_name(), "grpc", http_status(e.status));
         throw;
@@ -195,40 +236,6 @@ class InferenceService final : public pb::GRPCInferenceService::Service {
     } catch (const std::exception& e) {
       return grpc::Status(grpc::StatusCode::INTERNAL, std::string("internal error: ") + e.what());
     }
-  }
-
-  InferRequest decode(const pb::ModelInferRequest& q) {
-    InferRequest req;
-    req.model = q.model_name();
-    req.version = q.model_version();
-    req.id = q.id();
-    bool raw = q.raw_input_contents_size() > 0;
-    if (raw && q.raw_input_contents_size() != q.inputs_size())
-      throw ServeError(Status::BadRequest, "raw_input_contents has " + std::to_string(q.raw_input_contents_size()) +
-                                               " entries for " + std::to_string(q.inputs_size()) + " inputs");
-    int64_t max_el = core_.options().limits.max_tensor_elements;
-    for (int i = 0; i < q.inputs_size(); ++i) {
-      const auto& in = q.inputs(i);
-      DType dt = dtype_from_datatype(in.datatype());
-      Shape shape(in.shape().begin(), in.shape().end());
-      checked_numel(in.name(), shape, max_el);
-      Tensor t;
-      if (raw) {
-        if (in.has_contents())
-          throw ServeError(Status::BadRequest, "input '" + in.name() + "' has contents, but the request uses raw_input_contents");
-        const std::string& b = q.raw_input_contents(i);
-        t = tensor_from_raw(in.name(), dt, shape, b.data(), b.size());
-      } else {
-        t = tensor_from_contents(in.name(), dt, shape, in.contents());
-      }
-      req.inputs.push_back({in.name(), std::move(t)});
-    }
-    for (const auto& o : q.outputs()) {
-      for (const auto& prev : req.outputs)
-        if (prev.name == o.name()) throw ServeError(Status::BadRequest, "output '" + o.name() + "' requested twice");
-      req.outputs.push_back({o.name(), true});
-    }
-    return req;
   }
 
   ServerCore& core_;

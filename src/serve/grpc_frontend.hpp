@@ -9,6 +9,9 @@
 
 namespace basalt::serve {
 
+// Parses and decodes serialized ModelInferRequest bytes (the fuzz target tests/fuzz/fuzz_serve.cpp).
+InferRequest decode_model_infer_bytes(const std::string& bytes, int64_t max_elements);
+
 class GrpcFrontend {
  public:
   explicit GrpcFrontend(ServerCore& core);  // binds host:grpc_port

@@ -6,7 +6,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 BUILD=$1
 pass=0; fail=0
-for t in load run external; do
+for t in load run external serve; do
   bin="$BUILD/basalt_fuzz_replay_$t"
   if [ ! -x "$bin" ]; then echo "FAIL $t: $bin not built"; fail=$((fail + 1)); continue; fi
   out=$("$bin" "$HERE/regressions/$t" 2>&1); rc=$?
