@@ -28,3 +28,7 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 if [[ " $* " != *" --quick "* ]] && [ -x "$BUILD/basalt_capi_overhead" ]; then
   /usr/bin/python3 "$ROOT/scripts/bench_python_overhead.py" --build "$BUILD"
 fi
+# basalt serve under load (wrk, h2load) beside the same models in process (docs/serving.md).
+if [[ " $* " != *" --quick "* ]]; then
+  /usr/bin/python3 "$ROOT/scripts/bench_serve.py" --build "$BUILD"
+fi
