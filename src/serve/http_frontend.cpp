@@ -88,13 +88,13 @@ static void linger_close(int fd) {
   }
 }
 
-static http::response<http::string_body> make_response(const RestReply& r, unsigned version, bool keep_alive) {
+static http::response<http::string_body> make_response(RestReply& r, unsigned version, bool keep_alive) {
   http::response<http::string_body> res{static_cast<http::status>(r.status), version};
   res.set(http::field::server, "basalt");
   res.set(http::field::content_type, r.content_type);
   if (r.has_header_length) res.set("Inference-Header-Content-Length", std::to_string(r.header_length));
   res.keep_alive(keep_alive);
-  res.body() = r.body;
+  res.body() = std::move(r.body);  // the reply is not used after this
   res.prepare_payload();
   return res;
 }
@@ -131,9 +131,10 @@ void HttpFrontend::serve_connection(Stream& stream, int fd) {
         reply.status = 400;
         reply.body = error_json("malformed HTTP request: " + ec.message());
       }
+      size_t bytes_out = reply.body.size();
       auto res = make_response(reply, 11, false);
       http::write(stream, res, ec);
-      core_.log_access("http", "-", reply.status, 0, reply.body.size(),
+      core_.log_access("http", "-", reply.status, 0, bytes_out,
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       if constexpr (std::is_same_v<Stream, tcp::socket>) linger_close(fd);
       return;
@@ -163,9 +164,10 @@ void HttpFrontend::serve_connection(Stream& stream, int fd) {
     reply = handle_rest(core_, rq);
     bool keep = msg.keep_alive() && !close_after && !core_.draining();
     auto res = make_response(reply, msg.version(), keep);
+    size_t bytes_out = res.body().size();
     http::write(stream, res, ec);
     if (core_.options().access_log)
-      core_.log_access("http", rq.method + " " + rq.target.substr(0, 200), reply.status, bytes_in, reply.body.size(),
+      core_.log_access("http", rq.method + " " + rq.target.substr(0, 200), reply.status, bytes_in, bytes_out,
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (ec || !keep) return;
   }

@@ -187,3 +187,17 @@ def test_metrics_exposition(server):
         assert series in text, series
     ok = [l for l in text.splitlines() if l.startswith('basalt_requests_total{model="vad"') and 'code="200"' in l]
     assert ok and int(ok[0].split()[-1]) >= 1
+
+
+def test_access_log(tmp_path):
+    repo = make_repository(str(tmp_path), {"vad": (VAD, None)})
+    s = Server(repo, "--access-log")
+    HttpClient(s.http).infer("vad", vad_inputs(7))
+    GrpcClient(s.grpc).infer("vad", vad_inputs(7))
+    HttpClient(s.http).request("GET", "/v2/models/nosuch")
+    assert s.stop() == 0
+    lines = [json.loads(l) for l in s.stderr.splitlines() if l.startswith("{")]
+    http_ok = [l for l in lines if l["protocol"] == "http" and l["request"] == "POST /v2/models/vad/infer"]
+    assert http_ok and http_ok[0]["status"] == 200 and http_ok[0]["bytes_in"] > 2048 and http_ok[0]["ms"] > 0
+    assert any(l["protocol"] == "grpc" and l["request"] == "ModelInfer vad" and l["status"] == 200 for l in lines)
+    assert any(l["request"] == "GET /v2/models/nosuch" and l["status"] == 404 for l in lines)
