@@ -1,4 +1,6 @@
 #include "runtime/profiler.hpp"
+
+#include "core/json_text.hpp"
 #include "core/storage.hpp"
 
 #include <algorithm>
@@ -212,22 +214,7 @@ double node_flops(const RunProfile& r, const ProfNode& n) {
   return 0;
 }
 
-static void json_str(std::string& o, const std::string& s) {
-  o += '"';
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += char(c);
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o += char(c);
-    }
-  }
-  o += '"';
-}
+static void json_str(std::string& o, const std::string& s) { append_json_string(o, s); }
 
 static void json_us(std::string& o, int64_t ns) {
   char b[32];

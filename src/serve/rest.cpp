@@ -1,6 +1,8 @@
 // REST routes, JSON tensors and the binary tensor data extension (see rest.hpp).
 #include "serve/rest.hpp"
 
+#include "core/json_text.hpp"
+
 #include <simdjson.h>
 
 #include <charconv>
@@ -11,22 +13,7 @@
 
 namespace basalt::serve {
 
-void json_escape_append(std::string& out, const std::string& s) {
-  out += '"';
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      out += b;
-    } else {
-      out += char(c);
-    }
-  }
-  out += '"';
-}
+void json_escape_append(std::string& out, const std::string& s) { append_json_string(out, s); }
 
 std::string error_json(const std::string& message) {
   std::string s = "{\"error\":";
