@@ -108,7 +108,14 @@ void HttpFrontend::serve_connection(Stream& stream, int fd) {
     http::request_parser<http::string_body> parser;
     parser.header_limit(uint32_t(o.max_header_bytes));
     parser.body_limit(o.max_body_bytes);
-    http::read(stream, buf, parser, ec);
+    // The header first: a client that sent "Expect: 100-continue" (curl does, for bodies over
+    // 1 KB) waits for "100 Continue" before it sends the body.
+    http::read_header(stream, buf, parser, ec);
+    if (!ec && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+      http::response<http::empty_body> cont{http::status::continue_, parser.get().version()};
+      http::write(stream, cont, ec);
+    }
+    if (!ec && !parser.is_done()) http::read(stream, buf, parser, ec);
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
         ec == asio::error::operation_aborted || ec == asio::ssl::error::stream_truncated)
       return;
@@ -140,6 +147,11 @@ void HttpFrontend::serve_connection(Stream& stream, int fd) {
       return;
     }
     auto& msg = parser.get();
+    busy_++;
+    struct Done {
+      std::atomic<int>& n;
+      ~Done() { n--; }
+    } done{busy_};
     RestRequest rq;
     rq.method = std::string(msg.method_string());
     rq.target = std::string(msg.target());

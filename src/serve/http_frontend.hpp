@@ -27,6 +27,7 @@ class HttpFrontend {
   void stop_accepting();
   void close_connections();  // after the drain: wakes idle keep-alive readers
   int connections() const { return active_.load(); }
+  int busy() const { return busy_.load(); }  // requests read and not yet answered
 
  private:
   struct Impl;
@@ -38,6 +39,7 @@ class HttpFrontend {
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<int> active_{0};
+  std::atomic<int> busy_{0};
   std::thread acceptor_;
   std::mutex conn_mu_;
   std::set<int> conn_fds_;

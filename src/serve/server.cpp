@@ -8,6 +8,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -150,9 +151,11 @@ int run_server(const ServeOptions& opts) {
   if (http) http->stop_accepting();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.drain_timeout_s);
   if (grpc) grpc->shutdown(opts.drain_timeout_s);
-  while (core.in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+  // Requests in flight: running in a model, or read by a connection and not yet answered.
+  auto pending = [&] { return std::max(core.in_flight(), http ? http->busy() : 0); };
+  while (pending() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  int left = core.in_flight();
+  int left = pending();
   if (http) http->close_connections();
   http.reset();
   grpc.reset();

@@ -201,3 +201,19 @@ def test_access_log(tmp_path):
     assert http_ok and http_ok[0]["status"] == 200 and http_ok[0]["bytes_in"] > 2048 and http_ok[0]["ms"] > 0
     assert any(l["protocol"] == "grpc" and l["request"] == "ModelInfer vad" and l["status"] == 200 for l in lines)
     assert any(l["request"] == "GET /v2/models/nosuch" and l["status"] == 404 for l in lines)
+
+
+def test_expect_100_continue(server):
+    body, headers = encode_rest_request(vad_inputs(8), binary=True)
+    s = socket.create_connection(("127.0.0.1", server.http_port), timeout=10)
+    head = (f"POST /v2/models/vad/infer HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\nExpect: 100-continue\r\n"
+            f"Inference-Header-Content-Length: {headers['Inference-Header-Content-Length']}\r\n\r\n")
+    s.sendall(head.encode())
+    first = s.recv(4096)
+    assert first.startswith(b"HTTP/1.1 100 Continue"), first
+    s.sendall(body)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += s.recv(65536)
+    s.close()
+    assert data.startswith(b"HTTP/1.1 200")

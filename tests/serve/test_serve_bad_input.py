@@ -337,7 +337,15 @@ def test_sigterm_drains_in_flight_requests(tmp_path):
 
     t = threading.Thread(target=one)
     t.start()
-    time.sleep(0.3)
+    # SIGTERM once the request is running (the server counts it in flight).
+    probe = HttpClient(s.http)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        text = probe.request("GET", "/metrics")[2].decode()
+        if "basalt_server_inflight_requests 1" in text:
+            break
+        time.sleep(0.005)
+    probe.close()
     rc = s.stop()
     t.join()
     assert rc == 0, s.stderr
