@@ -49,37 +49,24 @@ static Tensor tensor_from_contents(const std::string& name, DType dt, const Shap
       dst[i] = static_cast<std::remove_pointer_t<decltype(dst)>>(v);
     }
   };
+  // Every element of `src`, converted to T (strings and bools included).
+  auto copy_all = [&](auto* dst, const auto& src) {
+    check(src.size());
+    std::copy(src.begin(), src.end(), dst);
+  };
   switch (dt) {
-    case DType::Bool:
-      check(c.bool_contents_size());
-      for (int64_t i = 0; i < n; ++i) t.data<uint8_t>()[i] = c.bool_contents(int(i));
-      break;
+    case DType::Bool: copy_all(t.data<uint8_t>(), c.bool_contents()); break;
     case DType::Int8: ints(t.data<int8_t>(), c.int_contents(), -128, 127); break;
     case DType::Int16: ints(t.data<int16_t>(), c.int_contents(), -32768, 32767); break;
     case DType::Int32: ints(t.data<int32_t>(), c.int_contents(), INT32_MIN, INT32_MAX); break;
     case DType::Uint8: ints(t.data<uint8_t>(), c.uint_contents(), 0, 255); break;
     case DType::Uint16: ints(t.data<uint16_t>(), c.uint_contents(), 0, 65535); break;
     case DType::Uint32: ints(t.data<uint32_t>(), c.uint_contents(), 0, UINT32_MAX); break;
-    case DType::Int64:
-      check(c.int64_contents_size());
-      std::copy(c.int64_contents().begin(), c.int64_contents().end(), t.data<int64_t>());
-      break;
-    case DType::Uint64:
-      check(c.uint64_contents_size());
-      std::copy(c.uint64_contents().begin(), c.uint64_contents().end(), t.data<uint64_t>());
-      break;
-    case DType::Float:
-      check(c.fp32_contents_size());
-      std::copy(c.fp32_contents().begin(), c.fp32_contents().end(), t.data<float>());
-      break;
-    case DType::Double:
-      check(c.fp64_contents_size());
-      std::copy(c.fp64_contents().begin(), c.fp64_contents().end(), t.data<double>());
-      break;
-    case DType::String:
-      check(c.bytes_contents_size());
-      for (int64_t i = 0; i < n; ++i) t.data<std::string>()[i] = c.bytes_contents(int(i));
-      break;
+    case DType::Int64: copy_all(t.data<int64_t>(), c.int64_contents()); break;
+    case DType::Uint64: copy_all(t.data<uint64_t>(), c.uint64_contents()); break;
+    case DType::Float: copy_all(t.data<float>(), c.fp32_contents()); break;
+    case DType::Double: copy_all(t.data<double>(), c.fp64_contents()); break;
+    case DType::String: copy_all(t.data<std::string>(), c.bytes_contents()); break;
     default:
       throw ServeError(Status::BadRequest, "input '" + name + "': " + datatype_of(dt) +
                                                " has no typed contents field; send it in raw_input_contents");

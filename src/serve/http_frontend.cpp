@@ -56,7 +56,7 @@ HttpFrontend::~HttpFrontend() {
   stop_accepting();
   close_connections();
   // Connection threads are detached; wait (bounded) for them to leave before core_ goes away.
-  for (int i = 0; i < 500 && threads_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && active_.load() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 void HttpFrontend::start() { acceptor_ = std::thread([this] { accept_loop(); }); }
@@ -183,7 +183,6 @@ void HttpFrontend::serve_connection(Stream& stream, int fd) {
                        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     if (ec || !keep) return;
   }
-  (void)fd;
 }
 
 void HttpFrontend::accept_loop() {
@@ -215,7 +214,6 @@ void HttpFrontend::accept_loop() {
       continue;
     }
     active_++;
-    threads_++;
     {
       std::lock_guard<std::mutex> lk(conn_mu_);
       conn_fds_.insert(fd);
@@ -243,7 +241,6 @@ void HttpFrontend::accept_loop() {
       s.shutdown(tcp::socket::shutdown_both, cec);
       s.close(cec);
       active_--;
-      threads_--;
     }).detach();
   }
 }

@@ -38,12 +38,11 @@ class HttpFrontend {
   std::unique_ptr<Impl> impl_;
   int port_ = 0;
   std::atomic<bool> stop_{false};
-  std::atomic<int> active_{0};
+  std::atomic<int> active_{0};  // connection threads alive (each detached; counted until it leaves)
   std::atomic<int> busy_{0};
   std::thread acceptor_;
   std::mutex conn_mu_;
   std::set<int> conn_fds_;
-  std::atomic<int> threads_{0};
 };
 
 }  // namespace basalt::serve

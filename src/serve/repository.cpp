@@ -1,6 +1,8 @@
 // Model repository, model versions and their schedulers (see repository.hpp).
 #include "serve/repository.hpp"
 
+#include "opt/optimizer.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <sched.h>
@@ -41,11 +43,11 @@ ModelConfig parse_model_config(const std::string& text, const std::string& where
       c.session.shared_pool = false;  // a pool of its own, this size
     } else if (key == "optimization_level") {
       if (v.is_string()) {
-        static const char* names[] = {"none", "basic", "extended", "all"};
-        auto it = std::find(std::begin(names), std::end(names), v.get<std::string>());
-        if (it == std::end(names))
-          throw ServeError(Status::BadRequest, where + ": \"optimization_level\" must be none, basic, extended or all");
-        c.session.optimization_level = int(it - std::begin(names));
+        try {
+          c.session.optimization_level = int(parse_opt_level(v.get<std::string>()));
+        } catch (const Error& e) {
+          throw ServeError(Status::BadRequest, where + ": \"optimization_level\": " + e.what());
+        }
       } else {
         c.session.optimization_level = int(int_of(key, v, 0, 3));
       }

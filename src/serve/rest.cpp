@@ -13,11 +13,9 @@
 
 namespace basalt::serve {
 
-void json_escape_append(std::string& out, const std::string& s) { append_json_string(out, s); }
-
 std::string error_json(const std::string& message) {
   std::string s = "{\"error\":";
-  json_escape_append(s, message);
+  append_json_string(s, message);
   s += "}";
   return s;
 }
@@ -248,7 +246,7 @@ void append_json_data(std::string& out, const Tensor& t) {
       case DType::Double: append_number(out, t.data<double>()[i]); break;
       case DType::Float16: append_number(out, half_bits_to_float(t.data<uint16_t>()[i])); break;
       case DType::BFloat16: append_number(out, bf16_bits_to_float(t.data<uint16_t>()[i])); break;
-      case DType::String: json_escape_append(out, t.data<std::string>()[i]); break;
+      case DType::String: append_json_string(out, t.data<std::string>()[i]); break;
       default: break;
     }
   }
@@ -269,12 +267,12 @@ void append_shape(std::string& out, const Shape& s) {
 void write_infer_response(const InferResponse& resp, RestReply& out) {
   std::string& j = out.body;
   j = "{\"model_name\":";
-  json_escape_append(j, resp.model);
+  append_json_string(j, resp.model);
   j += ",\"model_version\":";
-  json_escape_append(j, resp.version);
+  append_json_string(j, resp.version);
   if (!resp.id.empty()) {
     j += ",\"id\":";
-    json_escape_append(j, resp.id);
+    append_json_string(j, resp.id);
   }
   j += ",\"outputs\":[";
   bool any_binary = false;
@@ -282,7 +280,7 @@ void write_infer_response(const InferResponse& resp, RestReply& out) {
     const InferOutput& o = resp.outputs[i];
     if (i) j += ',';
     j += "{\"name\":";
-    json_escape_append(j, o.name);
+    append_json_string(j, o.name);
     j += ",\"datatype\":\"";
     j += datatype_of(o.tensor.dtype());
     j += "\",\"shape\":";
@@ -328,7 +326,7 @@ void append_tensor_meta(std::string& j, const std::vector<IoInfo>& ios) {
   for (size_t i = 0; i < ios.size(); ++i) {
     if (i) j += ',';
     j += "{\"name\":";
-    json_escape_append(j, ios[i].name);
+    append_json_string(j, ios[i].name);
     j += ",\"datatype\":\"";
     j += datatype_of(ios[i].dtype) ? datatype_of(ios[i].dtype) : "BYTES";
     j += "\",\"shape\":";
@@ -340,12 +338,12 @@ void append_tensor_meta(std::string& j, const std::vector<IoInfo>& ios) {
 
 std::string model_metadata_json(ServerCore& core, const ModelVersion& mv) {
   std::string j = "{\"name\":";
-  json_escape_append(j, mv.name());
+  append_json_string(j, mv.name());
   j += ",\"versions\":[";
   auto vs = core.repository().versions(mv.name());
   for (size_t i = 0; i < vs.size(); ++i) {
     if (i) j += ',';
-    json_escape_append(j, vs[i]);
+    append_json_string(j, vs[i]);
   }
   j += "],\"platform\":\"onnxruntime_onnx\",\"inputs\":";
   append_tensor_meta(j, mv.session().inputs());
@@ -424,15 +422,15 @@ RestReply handle_rest(ServerCore& core, RestRequest& req) {
         for (size_t i = 0; i < idx.size(); ++i) {
           if (i) j += ',';
           j += "{\"name\":";
-          json_escape_append(j, idx[i].name);
+          append_json_string(j, idx[i].name);
           if (!idx[i].version.empty()) {
             j += ",\"version\":";
-            json_escape_append(j, idx[i].version);
+            append_json_string(j, idx[i].version);
           }
           j += ",\"state\":\"" + idx[i].state + "\"";
           if (!idx[i].reason.empty()) {
             j += ",\"reason\":";
-            json_escape_append(j, idx[i].reason);
+            append_json_string(j, idx[i].reason);
           }
           j += '}';
         }
@@ -440,20 +438,16 @@ RestReply handle_rest(ServerCore& core, RestRequest& req) {
       }
       if (parts.size() == 5 && parts[2] == "models" && (parts[4] == "load" || parts[4] == "unload")) {
         model = parts[3];
-        r.model = model;
         if (core.draining()) throw ServeError(Status::Unavailable, "the server is shutting down");
         if (parts[4] == "load")
           core.repository().load(model);
         else
           core.repository().unload(model);
-        RestReply ok = json_reply(200, "{}");
-        ok.model = model;
-        return ok;
+        return json_reply(200, "{}");
       }
     }
     if (parts[1] == "models" && parts.size() >= 3) {
       model = parts[2];
-      r.model = model;
       size_t k = 3;
       if (parts.size() >= 5 && parts[3] == "versions") version = parts[4], k = 5;
       std::string action = parts.size() > k ? parts[k] : "";
@@ -461,19 +455,15 @@ RestReply handle_rest(ServerCore& core, RestRequest& req) {
       if (action.empty()) {
         method_is(get);
         auto mv = core.repository().get(model, version);
-        RestReply m = json_reply(200, model_metadata_json(core, *mv));
-        m.model = model;
-        return m;
+        return json_reply(200, model_metadata_json(core, *mv));
       }
       if (action == "ready") {
         method_is(get);
         bool ok = core.repository().ready(model, version);
         std::string j = "{\"name\":";
-        json_escape_append(j, model);
+        append_json_string(j, model);
         j += ok ? ",\"ready\":true}" : ",\"ready\":false}";
-        RestReply m = json_reply(ok ? 200 : 503, j);
-        m.model = model;
-        return m;
+        return json_reply(ok ? 200 : 503, j);
       }
       if (action == "infer") {
         method_is(post);
@@ -495,13 +485,9 @@ RestReply handle_rest(ServerCore& core, RestRequest& req) {
     }
     throw ServeError(Status::NotFound, "no route " + req.target.substr(0, 256));
   } catch (const ServeError& e) {
-    RestReply er = json_reply(http_status(e.status), error_json(e.what()));
-    er.model = model;
-    return er;
+    return json_reply(http_status(e.status), error_json(e.what()));
   } catch (const std::exception& e) {
-    RestReply er = json_reply(500, error_json(std::string("internal error: ") + e.what()));
-    er.model = model;
-    return er;
+    return json_reply(500, error_json(std::string("internal error: ") + e.what()));
   }
 }
 

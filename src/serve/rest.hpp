@@ -24,7 +24,6 @@ struct RestReply {
   std::string body;
   bool has_header_length = false;  // binary outputs follow the JSON
   size_t header_length = 0;
-  std::string model;               // for the access log
 };
 
 RestReply handle_rest(ServerCore& core, RestRequest& req);
@@ -36,6 +35,5 @@ InferRequest parse_infer_request(const RestRequest& req, int64_t max_elements);
 void write_infer_response(const InferResponse& resp, RestReply& out);
 // {"error": "..."}
 std::string error_json(const std::string& message);
-void json_escape_append(std::string& out, const std::string& s);
 
 }  // namespace basalt::serve

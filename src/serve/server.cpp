@@ -1,6 +1,7 @@
 // The server core and its lifecycle (see server.hpp).
 #include "serve/server.hpp"
 
+#include "core/json_text.hpp"
 #include "core/rss.hpp"
 #include "serve/grpc_frontend.hpp"
 #include "serve/http_frontend.hpp"
@@ -103,7 +104,7 @@ void ServerCore::log_access(const char* protocol, const std::string& what, int c
                             double seconds) const {
   if (!opts_.access_log) return;
   std::string line = "{\"ts\":" + std::to_string(std::time(nullptr)) + ",\"protocol\":\"" + protocol + "\",\"request\":";
-  json_escape_append(line, what);
+  append_json_string(line, what);
   char tail[160];
   std::snprintf(tail, sizeof tail, ",\"status\":%d,\"bytes_in\":%zu,\"bytes_out\":%zu,\"ms\":%.3f}\n", code, bytes_in,
                 bytes_out, seconds * 1e3);

@@ -172,7 +172,7 @@ TEST(Serve, ModelConfigKeysAndErrors) {
   const std::pair<const char*, const char*> bad[] = {
       {"{", "not valid JSON"}, {"[]", "JSON object"}, {R"({"instances":0})", "\"instances\" must be an integer"},
       {R"({"max_batch":4})", "unknown key \"max_batch\""}, {R"({"precision":"int8"})", "\"precision\" must be"},
-      {R"({"optimization_level":"max"})", "none, basic, extended or all"}, {R"({"winograd":1})", "true or false"},
+      {R"({"optimization_level":"max"})", "\"optimization_level\": unknown optimization level 'max'"}, {R"({"winograd":1})", "true or false"},
       {R"({"version_policy":"newest"})", "\"latest\" or \"all\""}};
   for (const auto& b : bad) {
     const char* text = b.first;
