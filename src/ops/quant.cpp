@@ -3,7 +3,7 @@
 //
 // Float8 / float4 elements are stored one per byte holding the bit pattern; int4/int2 are stored
 // sign-extended in int8, uint4/uint2 in uint8. Conversions to and from float are below.
-#include "ops/common.hpp"
+#include "ops/quant_common.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 namespace basalt {
 
-namespace {
+namespace quant {
 
 // ---------------------------------------------------------------------------------------------
 // Small-float formats
@@ -486,9 +486,7 @@ void check_int8(const KernelContext& ctx, int i) {
   if (dt != DType::Int8 && dt != DType::Uint8) unsupported_dtype(ctx, i, dt);
 }
 
-void register_matmul(OpRegistry& r) {
-  r.add("MatMulInteger", 10, [](const Node&) {
-    return kernel([](KernelContext& ctx) {
+void matmul_integer_ref(KernelContext& ctx) {
       const Tensor& A = ctx.input(0);
       const Tensor& B = ctx.input(1);
       check_int8(ctx, 0);
@@ -506,12 +504,9 @@ void register_matmul(OpRegistry& r) {
       Tensor& y = ctx.output(0, DType::Int32, out);
       int32_t* py = y.data<int32_t>();
       int_matmul(ctx, A, B, za, zb, nullptr, [&](int64_t oi, int64_t, int64_t, int64_t, int64_t, int64_t acc) { py[oi] = int32_t(acc); }, false);
-    });
-  });
+}
 
-  for (int v : {10, 21}) {
-    r.add("QLinearMatMul", v, [](const Node&) {
-      return kernel([](KernelContext& ctx) {
+void qlinear_matmul_ref(KernelContext& ctx) {
         const Tensor& A = ctx.input(0);
         const Tensor& as = ctx.input(1);
         const Tensor& azp = ctx.input(2);
@@ -549,20 +544,11 @@ void register_matmul(OpRegistry& r) {
                      int_store(y, oi, int64_t(std::clamp(v, double(lo), double(hi))));
                    },
                    false);
-      });
-    });
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Integer convolution (ConvInteger, QLinearConv)
 // ---------------------------------------------------------------------------------------------
-
-struct ConvAttrs {
-  AutoPad auto_pad = AutoPad::NotSet;
-  std::vector<int64_t> dilations, kernel_shape, pads, strides;
-  int64_t group = 1;
-};
 
 ConvAttrs parse_conv(const Node& n) {
   ConvAttrs a;
@@ -578,14 +564,11 @@ ConvAttrs parse_conv(const Node& n) {
   return a;
 }
 
-// Computes acc[n][m][out positions] = sum (x - xzp) * (w - wzp[m]); emit(out_index, m, acc).
-template <class Emit>
-Shape int_conv(KernelContext& ctx, const ConvAttrs& at, const Tensor& X, const Tensor& W, int64_t xzp,
-               const std::vector<int64_t>& wzp, Emit&& emit, bool dry_run) {
+ConvGeom conv_geometry(const KernelContext& ctx, const ConvAttrs& at, const Tensor& X, const Tensor& W) {
   if (X.rank() < 3) ctx.fail(ErrorCode::InvalidArgument, "X must have rank >= 3, got " + shape_str(X.shape()));
   if (W.rank() != X.rank()) ctx.fail(ErrorCode::InvalidArgument, "W rank differs from X rank");
   const int nsp = X.rank() - 2;
-  const int64_t N = X.dim(0), Cin = X.dim(1), M = W.dim(0), Cg = W.dim(1), G = at.group;
+  const int64_t Cin = X.dim(1), M = W.dim(0), Cg = W.dim(1), G = at.group;
   if (Cin % G != 0 || M % G != 0 || Cg != Cin / G)
     ctx.fail(ErrorCode::InvalidArgument, "X " + shape_str(X.shape()) + " and W " + shape_str(W.shape()) + " are incompatible for group " +
                                              std::to_string(G));
@@ -633,6 +616,24 @@ Shape int_conv(KernelContext& ctx, const ConvAttrs& at, const Tensor& X, const T
     if (span < 0) ctx.fail(ErrorCode::InvalidArgument, "kernel is larger than the padded input");
     os[size_t(d)] = span / s + 1;
   }
+  ConvGeom g;
+  g.ks = std::move(ks);
+  g.st = std::move(st);
+  g.dl = std::move(dl);
+  g.pb = std::move(pb);
+  g.pe = std::move(pe);
+  g.os = std::move(os);
+  return g;
+}
+
+// Computes acc[n][m][out positions] = sum (x - xzp) * (w - wzp[m]); emit(out_index, m, acc).
+template <class Emit>
+Shape int_conv(KernelContext& ctx, const ConvAttrs& at, const Tensor& X, const Tensor& W, int64_t xzp,
+               const std::vector<int64_t>& wzp, Emit&& emit, bool dry_run) {
+  ConvGeom geo = conv_geometry(ctx, at, X, W);
+  const int nsp = X.rank() - 2;
+  const int64_t N = X.dim(0), M = W.dim(0), Cg = W.dim(1), G = at.group;
+  const std::vector<int64_t>&ks = geo.ks, &st = geo.st, &dl = geo.dl, &pb = geo.pb, &os = geo.os;
   Shape out{N, M};
   out.insert(out.end(), os.begin(), os.end());
   if (dry_run) return out;
@@ -692,10 +693,7 @@ std::vector<int64_t> int_vector(const Tensor& t) {
   return v;
 }
 
-void register_conv(OpRegistry& r) {
-  r.add("ConvInteger", 10, [](const Node& n) {
-    ConvAttrs at = parse_conv(n);
-    return kernel([at](KernelContext& ctx) {
+void conv_integer_ref(const ConvAttrs& at, KernelContext& ctx) {
       const Tensor& X = ctx.input(0);
       const Tensor& W = ctx.input(1);
       check_int8(ctx, 0);
@@ -716,13 +714,9 @@ void register_conv(OpRegistry& r) {
       Tensor& y = ctx.output(0, DType::Int32, out);
       int32_t* py = y.data<int32_t>();
       int_conv(ctx, at, X, W, xzp, wzp, [&](int64_t oi, int64_t, int64_t acc) { py[oi] = int32_t(acc); }, false);
-    });
-  });
+}
 
-  for (int v : {10}) {
-    r.add("QLinearConv", v, [](const Node& n) {
-      ConvAttrs at = parse_conv(n);
-      return kernel([at](KernelContext& ctx) {
+void qlinear_conv_ref(const ConvAttrs& at, KernelContext& ctx) {
         const Tensor& X = ctx.input(0);
         const Tensor& xs = ctx.input(1);
         const Tensor& xz = ctx.input(2);
@@ -768,17 +762,13 @@ void register_conv(OpRegistry& r) {
                    int_store(y, oi, int64_t(std::clamp(v, double(lo), double(hi))));
                  },
                  false);
-      });
-    });
-  }
 }
 
-}  // namespace
+}  // namespace quant
 
 void register_quant_ops(OpRegistry& r) {
-  register_quantize(r);
-  register_matmul(r);
-  register_conv(r);
+  quant::register_quantize(r);
+  quant::register_gemm_ops(r);  // ops/quant_gemm.cpp
   // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
   r.def("ConvInteger").infer_symbolic(shapes::conv_integer);
   r.def("DequantizeLinear").infer_symbolic(shapes::dequantize_linear);
