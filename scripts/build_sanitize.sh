@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds the one sanitizer build, build-fuzz/: clang-14, -O1 -g, ASan + UBSan
+# Configures and builds the one sanitizer build, build-fuzz/: clang-14, -O1 with line tables only
+# (stack traces keep file:line; full -g made the build slower), ASan + UBSan
 # (-DBASALT_SANITIZE=ON) and libFuzzer coverage (-DBASALT_FUZZ=ON). Both `make test-sanitize`
 # (scripts/test_sanitize.sh: CLI, unit tests, replayers) and `make fuzz` (scripts/fuzz.sh: the
 # libFuzzer targets) build their targets here, so the instrumented library is compiled once.
@@ -14,6 +15,6 @@ if ! command -v "$CXX" >/dev/null; then
   exit 1
 fi
 CC=$CC CXX=$CXX cmake -S "$ROOT" -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DBASALT_FUZZ=ON -DBASALT_SANITIZE=ON >/dev/null || exit 1
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" -DBASALT_FUZZ=ON -DBASALT_SANITIZE=ON >/dev/null || exit 1
 ninja -C "$B" -j "${JOBS:-$(nproc)}" "$@" >&2 || exit 1
 echo "$B"
