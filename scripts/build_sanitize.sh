@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds the one sanitizer build, build-fuzz/: clang-14, -O1 with line tables only
-# (stack traces keep file:line; full -g made the build slower), ASan + UBSan
+# (stack traces keep file:line without the cost of full debug info), ASan + UBSan
 # (-DBASALT_SANITIZE=ON) and libFuzzer coverage (-DBASALT_FUZZ=ON). Both `make test-sanitize`
 # (scripts/test_sanitize.sh: CLI, unit tests, replayers) and `make fuzz` (scripts/fuzz.sh: the
 # libFuzzer targets) build their targets here, so the instrumented library is compiled once.

@@ -134,13 +134,6 @@ void pack_right_panels(const QGemmArch& g, int64_t K, int64_t N, const QMatrix& 
 
 inline int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
-// The requantization rounding: round half to even (the ONNX ops' rounding) of a double of
-// magnitude below 2^51 by the 1.5 * 2^52 trick, valid in the default rounding mode; no libm call.
-inline double round_even(double x) {
-  constexpr double kMagic = 6755399441055744.0;
-  return (x + kMagic) - kMagic;
-}
-
 struct Adjusted {
   const uint8_t* L;
   const int32_t* rowsum;
@@ -181,7 +174,7 @@ void finish_tile(const int32_t* tile, int ldt, int64_t i0, int64_t j0, int m, in
             double x = double(acc) * ep.mult[pidx(ep.mult_len, j)];
             // clamp before rounding (the clamp bounds are integers, so the order does not change
             // the result); NaN (a zero times an infinite multiplier) goes to lo
-            x = x >= lo ? (x <= hi ? round_even(x) : hi) : lo;
+            x = x >= lo ? (x <= hi ? round_half_even(x) : hi) : lo;
             o[j] = uint8_t(int32_t(x) + ep.yzp);
           }
           break;

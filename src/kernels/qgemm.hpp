@@ -62,6 +62,13 @@ const QGemmArch& qgemm_arch(QIsa isa);
 
 inline int64_t qround4(int64_t k) { return (k + 3) / 4 * 4; }
 
+// Round half to even (the quantization ops' rounding) of a double of magnitude below 2^51, by the
+// 1.5 * 2^52 trick, exact in the default rounding mode; no libm call (callers clamp first).
+inline double round_half_even(double x) {
+  constexpr double kMagic = 6755399441055744.0;
+  return (x + kMagic) - kMagic;  // not folded: the build has no -ffast-math
+}
+
 // Source of an 8-bit matrix: element (i, j) at data[i * ld + j], or data[j * ld + i] when trans.
 struct QMatrix {
   const uint8_t* data = nullptr;  // the bytes of an int8 or uint8 tensor

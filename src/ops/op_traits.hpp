@@ -133,6 +133,8 @@ bool reorder_from_nchwc(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool reorder_to_nchwc(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool matmul(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool matmul_integer(const Node&, const ShapeInputs&, ShapeOutputs&);
+// com.microsoft DynamicQuantizeMatMul / MatMulIntegerToFloat: MatMul's shape, float.
+bool matmul_to_float(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool gemm(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool reshape(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool flatten(const Node&, const ShapeInputs&, ShapeOutputs&);

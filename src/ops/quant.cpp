@@ -3,6 +3,7 @@
 //
 // Float8 / float4 elements are stored one per byte holding the bit pattern; int4/int2 are stored
 // sign-extended in int8, uint4/uint2 in uint8. Conversions to and from float are below.
+#include "kernels/quantize.hpp"
 #include "ops/quant_common.hpp"
 
 #include <algorithm>
@@ -375,23 +376,12 @@ void register_quantize(OpRegistry& r) {
     return kernel([](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       if (x.dtype() != DType::Float) unsupported_dtype(ctx, 0, x.dtype());
-      const float* p = x.data<float>();
-      float mn = 0.f, mx = 0.f;
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        mn = std::min(mn, p[i]);
-        mx = std::max(mx, p[i]);
-      }
-      float scale = (mx - mn) / 255.0f;
+      float lo = 0.f, hi = 0.f, scale = 0.f;
       uint8_t zp = 0;
-      if (scale != 0.f) {
-        float izp = std::nearbyint(0.0f - mn / scale);
-        zp = uint8_t(std::clamp(izp, 0.0f, 255.0f));
-      }
+      kernels::range_with_zero(x.data<float>(), x.numel(), lo, hi);
+      kernels::dynamic_quant_params(lo, hi, scale, zp);
       Tensor& y = ctx.output(0, DType::Uint8, x.shape());
-      for (int64_t i = 0; i < x.numel(); ++i) {
-        float v = scale != 0.f ? std::nearbyint(p[i] / scale) + float(zp) : float(zp);
-        y.data<uint8_t>()[i] = std::isnan(v) ? uint8_t(0) : uint8_t(std::clamp(v, 0.0f, 255.0f));
-      }
+      kernels::quantize_u8(x.data<float>(), x.numel(), scale, zp, y.data<uint8_t>());
       if (ctx.has_output(1)) ctx.output(1, DType::Float, {}).data<float>()[0] = scale;
       if (ctx.has_output(2)) ctx.output(2, DType::Uint8, {}).data<uint8_t>()[0] = zp;
     });
@@ -768,7 +758,8 @@ void qlinear_conv_ref(const ConvAttrs& at, KernelContext& ctx) {
 
 void register_quant_ops(OpRegistry& r) {
   quant::register_quantize(r);
-  quant::register_gemm_ops(r);  // ops/quant_gemm.cpp
+  quant::register_gemm_ops(r);     // ops/quant_gemm.cpp
+  quant::register_contrib_ops(r);  // ops/quant_contrib.cpp
   // What the planner and the optimizer know of these ops (ops/op_traits.hpp).
   r.def("ConvInteger").infer_symbolic(shapes::conv_integer);
   r.def("DequantizeLinear").infer_symbolic(shapes::dequantize_linear);

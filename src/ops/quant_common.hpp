@@ -48,6 +48,8 @@ void qlinear_conv_ref(const ConvAttrs& at, KernelContext& ctx);
 void register_quantize(OpRegistry& r);
 // MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv on the integer GEMM (ops/quant_gemm.cpp).
 void register_gemm_ops(OpRegistry& r);
+// com.microsoft DynamicQuantizeMatMul and MatMulIntegerToFloat (ops/quant_contrib.cpp).
+void register_contrib_ops(OpRegistry& r);
 
 }  // namespace quant
 }  // namespace basalt

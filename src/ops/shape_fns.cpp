@@ -791,6 +791,12 @@ bool matmul_integer(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   return true;
 }
 
+bool matmul_to_float(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
+  if (!matmul(n, in, out)) return false;
+  out[0].dtype = DType::Float;
+  return true;
+}
+
 bool gather_elements(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   if (!has(in, 0) || !has(in, 1)) return false;
   set(out, 0, in[0]->dtype, in[1]->shape);

@@ -78,6 +78,7 @@ const PassInfo kPasses[] = {
     {"fuse_conv_affine", OptLevel::Basic, false, fuse_conv_affine},
     {"remove_dead_nodes", OptLevel::Basic, false, remove_dead_nodes},
     {"fold_transpose_into_matmul", OptLevel::Extended, false, fold_transpose_into_matmul},
+    {"fuse_dynamic_quant_matmul", OptLevel::Extended, true, fuse_dynamic_quant_matmul},
     {"fuse_layernorm", OptLevel::Extended, false, fuse_layernorm},
     {"fuse_gelu", OptLevel::Extended, false, fuse_gelu},
     {"fuse_attention", OptLevel::Extended, false, fuse_attention},

@@ -36,4 +36,8 @@ void fuse_attention(PassContext& ctx);
 void fuse_matmul_add(PassContext& ctx);
 void fold_transpose_into_matmul(PassContext& ctx);
 
+// ---- Extended, quantized graphs: fuse_quant.cpp
+// DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul (-> Add) -> com.microsoft::DynamicQuantizeMatMul
+void fuse_dynamic_quant_matmul(PassContext& ctx);
+
 }  // namespace basalt
