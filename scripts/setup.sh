@@ -7,6 +7,7 @@ PKGS=(
   libgtest-dev                              # unit tests
   libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev  # ImageDecoder codecs
   nlohmann-json3-dev                        # JSON output of the CLI (conformance --json, outputs.json)
+  zlib1g-dev                                # compressed .npz calibration inputs (basalt quantize)
   python3-numpy python3-onnx python3-pytest # building test models, parity checks (Debian's /usr/bin/python3)
   python3-dev pybind11-dev                  # the Python module (build/python/basalt*.so)
   libonnx-testdata                          # ONNX conformance data (932 node tests, opset <= 17)

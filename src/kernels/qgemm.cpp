@@ -32,9 +32,9 @@ void ukernel_portable(int64_t kp, const uint8_t* left, const int8_t* panel, int3
   for (int i = 0; i < m; ++i) std::memcpy(c + i * PNR, acc[i], sizeof(acc[i]));
 }
 
-const QGemmArch kPortable{QIsa::Portable, PMR, PNR, ukernel_portable};
-const QGemmArch kAvx2{QIsa::Avx2, 4, 16, qgemm_ukernel_avx2};
-const QGemmArch kVnni{QIsa::Avx512Vnni, 6, 64, qgemm_ukernel_vnni};
+const QGemmArch kPortable{QIsa::Portable, PMR, PNR, ukernel_portable, qgemm_finish_portable};
+const QGemmArch kAvx2{QIsa::Avx2, 4, 16, qgemm_ukernel_avx2, qgemm_finish_portable};
+const QGemmArch kVnni{QIsa::Avx512Vnni, 6, 64, qgemm_ukernel_vnni, qgemm_finish_avx512};
 
 QIsa detect() {
   Isa isa = best_isa();
@@ -134,18 +134,11 @@ void pack_right_panels(const QGemmArch& g, int64_t K, int64_t N, const QMatrix& 
 
 inline int64_t align64(int64_t b) { return (b + 63) / 64 * 64; }
 
-struct Adjusted {
-  const uint8_t* L;
-  const int32_t* rowsum;
-  const int8_t* R;
-  const int32_t* colsum;
-  const int32_t* zl;  // [M], stored-value zero points
-  const int32_t* zr;  // [N]
-};
-
 // Corrections and output of one finished tile (rows [i0, i0 + m), columns [j0, j0 + n)).
-void finish_tile(const int32_t* tile, int ldt, int64_t i0, int64_t j0, int m, int n, int64_t K, const Adjusted& a,
-                 const QEpilogue& ep) {
+}  // namespace
+
+void qgemm_finish_portable(const int32_t* tile, int ldt, int64_t i0, int64_t j0, int m, int n, int64_t K, const QTileParams& a,
+                           const QEpilogue& ep) {
   uint32_t v[64];
   for (int i = 0; i < m; ++i) {
     const int64_t gi = i0 + i;
@@ -192,6 +185,8 @@ void finish_tile(const int32_t* tile, int ldt, int64_t i0, int64_t j0, int m, in
     }
   }
 }
+
+namespace {
 
 // Fills dst[0..n) with the stored-value zero points of an operand (its own zero points plus the
 // offset its packing adds).
@@ -270,7 +265,7 @@ void qgemm(const QGemmArch& g, int64_t M, int64_t N, int64_t K, const QOperand& 
     w += align64(bytes);
     return p;
   };
-  Adjusted a{};
+  QTileParams a{};
   int32_t* zl = reinterpret_cast<int32_t*>(take(4 * M));
   int32_t* zr = reinterpret_cast<int32_t*>(take(4 * N));
   const bool lsigned = left.packed ? left.packed->src_signed : left.src.is_signed;
@@ -316,7 +311,7 @@ void qgemm(const QGemmArch& g, int64_t M, int64_t N, int64_t K, const QOperand& 
         const int64_t i0 = tm * g.mr;
         const int m = int(std::min<int64_t>(g.mr, M - i0));
         g.ukernel(Kp, a.L + i0 * Kp, panel, tile, m);
-        finish_tile(tile, g.nr, i0, j0, m, n, K, a, ep);
+        g.finish(tile, g.nr, i0, j0, m, n, K, a, ep);
       }
     }
   });
@@ -330,7 +325,7 @@ void qgemm_reference(int64_t M, int64_t N, int64_t K, const QOperand& left, cons
   std::vector<int32_t> tile(static_cast<size_t>(N));
   std::vector<int32_t> zero_l(size_t(std::max<int64_t>(M, 1)), 0), zero_r(size_t(std::max<int64_t>(N, 1)), 0),
       sums_l(size_t(std::max<int64_t>(M, 1)), 0), sums_r(size_t(std::max<int64_t>(N, 1)), 0);
-  Adjusted a{};
+  QTileParams a{};
   a.zl = zero_l.data();
   a.zr = zero_r.data();
   a.rowsum = sums_l.data();
@@ -343,7 +338,7 @@ void qgemm_reference(int64_t M, int64_t N, int64_t K, const QOperand& left, cons
       for (int64_t k = 0; k < K; ++k) acc += (val(left.src, i, k) - zl) * (val(right.src, k, j) - zr);
       tile[size_t(j)] = int32_t(uint32_t(uint64_t(acc)));
     }
-    finish_tile(tile.data(), int(N), i, 0, 1, int(N), K, a, ep);
+    qgemm_finish_portable(tile.data(), int(N), i, 0, 1, int(N), K, a, ep);
   }
 }
 

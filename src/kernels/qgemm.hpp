@@ -51,12 +51,28 @@ enum class QIsa { Portable = 0, Avx2 = 1, Avx512Vnni = 2 };
 QIsa qgemm_best_isa();
 const char* qisa_name(QIsa isa);
 
+struct QEpilogue;
+// What the epilogue of a tile needs besides the QEpilogue: the packed operands' sums and the
+// zero points of the stored values (the source's plus the packing offset), per row and column.
+struct QTileParams {
+  const uint8_t* L;
+  const int32_t* rowsum;
+  const int8_t* R;
+  const int32_t* colsum;
+  const int32_t* zl;  // [M]
+  const int32_t* zr;  // [N]
+};
+
 struct QGemmArch {
   QIsa isa;
   int mr, nr;
   // tile (m <= mr rows, all nr columns) = sum over kp (a multiple of 4) of the packed left rows
   // (row i at left + i * kp) times one packed right panel; stored to c[i * nr + j].
   void (*ukernel)(int64_t kp, const uint8_t* left, const int8_t* panel, int32_t* c, int m);
+  // Corrections and output of the finished tile (m rows, n columns, row stride ldt) whose element
+  // (0, 0) is C's (i0, j0). Every arch's version gives the same bits.
+  void (*finish)(const int32_t* tile, int ldt, int64_t i0, int64_t j0, int m, int n, int64_t K, const QTileParams& a,
+                 const QEpilogue& ep);
 };
 const QGemmArch& qgemm_arch(QIsa isa);
 
@@ -135,5 +151,9 @@ void qgemm_reference(int64_t M, int64_t N, int64_t K, const QOperand& left, cons
 // Microkernels per ISA (qgemm_avx512vnni.cpp, qgemm_avx2.cpp; call only where the CPU has them).
 void qgemm_ukernel_vnni(int64_t kp, const uint8_t* left, const int8_t* panel, int32_t* c, int m);
 void qgemm_ukernel_avx2(int64_t kp, const uint8_t* left, const int8_t* panel, int32_t* c, int m);
+void qgemm_finish_portable(const int32_t* tile, int ldt, int64_t i0, int64_t j0, int m, int n, int64_t K, const QTileParams& a,
+                           const QEpilogue& ep);
+void qgemm_finish_avx512(const int32_t* tile, int ldt, int64_t i0, int64_t j0, int m, int n, int64_t K, const QTileParams& a,
+                         const QEpilogue& ep);
 
 }  // namespace basalt::kernels

@@ -135,6 +135,8 @@ bool matmul(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool matmul_integer(const Node&, const ShapeInputs&, ShapeOutputs&);
 // com.microsoft DynamicQuantizeMatMul / MatMulIntegerToFloat: MatMul's shape, float.
 bool matmul_to_float(const Node&, const ShapeInputs&, ShapeOutputs&);
+// com.microsoft QLinearAdd / QLinearMul: inputs 0 and 3 broadcast, input 0's type.
+bool qlinear_binary(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool gemm(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool reshape(const Node&, const ShapeInputs&, ShapeOutputs&);
 bool flatten(const Node&, const ShapeInputs&, ShapeOutputs&);

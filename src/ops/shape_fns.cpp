@@ -791,6 +791,14 @@ bool matmul_integer(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   return true;
 }
 
+bool qlinear_binary(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
+  if (!has(in, 0) || !has(in, 3) || !in[0]->known() || !in[3]->known()) return false;
+  Shape r;
+  if (!broadcast2(in[0]->shape, in[3]->shape, r)) return false;
+  set(out, 0, in[0]->dtype, r);
+  return true;
+}
+
 bool matmul_to_float(const Node& n, const ShapeInputs& in, ShapeOutputs& out) {
   if (!matmul(n, in, out)) return false;
   out[0].dtype = DType::Float;

@@ -57,6 +57,7 @@ int cmd_perf(const std::vector<std::string>& args);     // cli_perf.cpp: perf sh
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_optimize(const std::vector<std::string>& args);  // cli_optimize.cpp
 int cmd_serve(const std::vector<std::string>& args);  // cli_serve.cpp: the KServe v2 server
+int cmd_quantize(const std::vector<std::string>& args);  // cli_quantize.cpp: int8 models
 int cmd_conformance(const std::vector<std::string>& args, const char* argv0);
 
 }  // namespace basalt

@@ -32,6 +32,8 @@ static void usage(std::FILE* f) {
                "  optimize MODEL [--level none|basic|extended|all] [--standard-ops] [--no-winograd] [-o OUT.onnx]\n"
                "            [--report] [--json]\n"
                "            [--check [--tol T] [same input options as run]]\n"
+               "  quantize MODEL -o OUT.onnx [--dynamic] [--calibration DIR] [--samples N] [--method minmax|percentile]\n"
+               "            [--percentile P] [--per-tensor] [--report] [same input options as run]\n"
                "  serve --model-repository DIR [--http-port 8000] [--grpc-port 8001] [--host 127.0.0.1] [--no-load]\n"
                "            [--model NAME ...] [--threads N] [--memory-budget BYTES] [--max-body-bytes B]\n"
                "            [--max-connections N] [--tls-cert PEM --tls-key PEM] [--token-file F] [--access-log]\n"
@@ -59,6 +61,7 @@ int main(int argc, char** argv) {
     if (cmd == "inspect") return cmd_inspect(args);
     if (cmd == "optimize") return cmd_optimize(args);
     if (cmd == "serve") return cmd_serve(args);
+    if (cmd == "quantize") return cmd_quantize(args);
     if (cmd == "conformance") return cmd_conformance(args, argv[0]);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "basalt %s: %s\n", cmd.c_str(), e.what());
