@@ -1,4 +1,5 @@
 // Pools: Average/Max/Lp pools, their Global forms, MaxUnpool, MaxRoiPool.
+#include "kernels/quantize.hpp"
 #include "ops/nn_common.hpp"
 
 #include <algorithm>
@@ -126,6 +127,16 @@ static void register_window_pools(OpRegistry& r) {
           const kernels::Pool2D p2 = pool2d_of(g, o.kind == PoolKind::Avg, o.count_include_pad);
           Tensor& y = ctx.output_uninit(0, DType::Float, ys);
           kernels::pool2d_f32(ctx.pool(), X.data<float>(), y.data<float>(), X.dim(0) * X.dim(1), p2);
+          return;
+        }
+        if ((X.dtype() == DType::Uint8 || X.dtype() == DType::Int8) && g.nd == 2 && !want_ind) {
+          // 8-bit max pooling (a quantized tensor): kernels/quantize.hpp, planes over the pool
+          const kernels::Pool2D p2 = pool2d_of(g, false, false);
+          Tensor& y = ctx.output_uninit(0, X.dtype(), ys);
+          const uint8_t* xs = static_cast<const uint8_t*>(X.raw());
+          uint8_t* yd = static_cast<uint8_t*>(y.raw());
+          parallel_for(ctx.pool(), X.dim(0) * X.dim(1), 1,
+                       [&](int64_t q0, int64_t q1) { kernels::maxpool2d_8(xs, yd, q0, q1, p2, X.dtype() == DType::Int8); });
           return;
         }
         Tensor xf = tof(X);

@@ -307,6 +307,17 @@ void register_quantize(OpRegistry& r) {
         QuantParamIndex pi = make_param_index(ctx, x, scale, axis, block);
         DType prec = precision != DType::Undefined ? precision : scale.dtype();
         Tensor& y = ctx.output(0, out, x.shape());
+        if (x.dtype() == DType::Float && scale.dtype() == DType::Float && prec == DType::Float &&
+            (out == DType::Uint8 || out == DType::Int8) && pi.mode != QuantParamIndex::Blocked) {
+          // the 8-bit fast path: one run of `inner` elements per scale
+          const int64_t run = pi.mode == QuantParamIndex::PerTensor ? x.numel() : pi.inner;
+          for (int64_t b0 = 0; b0 < x.numel(); b0 += std::max<int64_t>(run, 1)) {
+            const int64_t si = pi(b0);
+            kernels::quantize_linear_8(x.data<float>() + b0, std::min(run, x.numel() - b0), scale.data<float>()[si],
+                                       zp ? int32_t(int_at(*zp, si)) : 0, out == DType::Int8, static_cast<uint8_t*>(y.raw()) + b0);
+          }
+          return;
+        }
         const MiniFloat* mf = minifloat_of(out);
         int64_t lo = 0, hi = 0;
         int_range(out, lo, hi);
@@ -358,6 +369,16 @@ void register_quantize(OpRegistry& r) {
         DType out = out_attr != DType::Undefined ? out_attr : scale.dtype();
         QuantParamIndex pi = make_param_index(ctx, x, scale, axis, block);
         Tensor& y = ctx.output(0, out, x.shape());
+        if ((x.dtype() == DType::Uint8 || x.dtype() == DType::Int8) && scale.dtype() == DType::Float && out == DType::Float &&
+            pi.mode != QuantParamIndex::Blocked) {
+          const int64_t run = pi.mode == QuantParamIndex::PerTensor ? x.numel() : pi.inner;
+          for (int64_t b0 = 0; b0 < x.numel(); b0 += std::max<int64_t>(run, 1)) {
+            const int64_t si = pi(b0);
+            kernels::dequantize_linear_8(static_cast<const uint8_t*>(x.raw()) + b0, std::min(run, x.numel() - b0), scale.data<float>()[si],
+                                         zp ? int32_t(int_at(*zp, si)) : 0, x.dtype() == DType::Int8, y.data<float>() + b0);
+          }
+          return;
+        }
         const bool mini = minifloat_of(x.dtype()) != nullptr || x.dtype() == DType::Float8E8M0;
         for (int64_t i = 0; i < x.numel(); ++i) {
           int64_t si = pi(i);

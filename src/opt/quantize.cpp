@@ -345,28 +345,32 @@ class Rewriter {
 
 namespace {
 
-// Raises an ai.onnx import below 11 to 11 (the quantization ops need 10 and 11), as ONNX
-// Runtime's quantizer does, where every op of the graph means the same at 11 as at its opset
-// (those below, from the opset changelog); any other op is an error naming it.
-void upgrade_to_opset_11(Model& m, QuantizeReport& report) {
+// Raises an ai.onnx import below 12 to 12 (the quantization ops need 10 and 11, an 8-bit MaxPool
+// 12), as ONNX Runtime's quantizer raises old models to 11, where every op of the graph means the
+// same at 12 as at its opset (those below, from the opset changelog: the changes up to 12 add
+// types, negative axes or optional attributes with the old default). A model at 11 with another
+// op stays at 11 (its MaxPools stay float); below 11 that is an error naming the op.
+void upgrade_opset(Model& m, QuantizeReport& report) {
   const int64_t opset = m.opsets.count("") ? m.opsets.at("") : 0;
-  if (opset >= 11) return;
-  static const std::set<std::string> same_at_11 = {
+  if (opset >= 12) return;
+  static const std::set<std::string> same_at_12 = {
       "Abs", "Add", "And", "ArgMax", "ArgMin", "AveragePool", "BatchNormalization", "Cast", "Ceil", "Concat", "Constant",
-      "Conv", "ConvTranspose", "Div", "Dropout", "Elu", "Equal", "Erf", "Exp", "Flatten", "Floor", "Gather", "Gemm",
+      "Conv", "ConvTranspose", "Div", "Elu", "Equal", "Erf", "Exp", "Flatten", "Floor", "Gather", "Gemm",
       "GlobalAveragePool", "GlobalMaxPool", "Greater", "HardSigmoid", "Identity", "InstanceNormalization", "LRN",
       "LeakyRelu", "Less", "Log", "LogSoftmax", "MatMul", "Max", "MaxPool", "Mean", "Min", "Mul", "Neg", "Not", "Or",
       "PRelu", "Pow", "Reciprocal", "ReduceMax", "ReduceMean", "ReduceMin", "ReduceSum", "Relu", "Reshape", "Selu",
       "Shape", "Sigmoid", "Sign", "Sin", "Cos", "Size", "Softmax", "Softplus", "Softsign", "Sqrt", "Squeeze", "Sub",
       "Sum", "Tanh", "Tile", "Transpose", "Unsqueeze", "Where", "Xor"};
   for (const Node& n : m.graph->nodes)
-    if (canonical_domain(n.domain).empty() && !same_at_11.count(n.op_type))
+    if (canonical_domain(n.domain).empty() && !same_at_12.count(n.op_type)) {
+      if (opset >= 11) return;
       BASALT_THROW(InvalidModel, "quantization needs ai.onnx opset 11 or newer; the model imports " + std::to_string(opset) +
                                      ", and its node '" + n.name + "' (" + n.op_type +
                                      ") may mean something else at 11: convert the model to opset 11 first");
+    }
   for (Node& n : m.graph->nodes)
-    if (canonical_domain(n.domain).empty()) n.opset = 11;
-  m.opsets[""] = 11;
+    if (canonical_domain(n.domain).empty()) n.opset = 12;
+  m.opsets[""] = 12;
   report.opset_upgraded_from = opset;
 }
 
@@ -374,7 +378,7 @@ void upgrade_to_opset_11(Model& m, QuantizeReport& report) {
 
 void quantize_model(Model& m, const QuantizeOptions& opts, QuantizeReport& report) {
   if (!m.graph) BASALT_THROW(InvalidModel, "the model has no graph");
-  upgrade_to_opset_11(m, report);
+  upgrade_opset(m, report);
   Rewriter(m, opts, report).run();
 }
 

@@ -49,12 +49,12 @@ struct QuantizeReport {
   };
   std::vector<Skipped> skipped;
   size_t float_weight_bytes = 0, int8_weight_bytes = 0;  // of the weights rewritten
-  int64_t opset_upgraded_from = 0;  // the ai.onnx import before it was raised to 11 (0: not raised)
+  int64_t opset_upgraded_from = 0;  // the ai.onnx import before it was raised to 12 (0: not raised)
 };
 
-// Rewrites m's main graph in place. An ai.onnx import below 11 is raised to 11 (the quantized
-// ops need 10, DynamicQuantizeLinear 11) when every op in the graph means the same there; else
-// InvalidModel names the op.
+// Rewrites m's main graph in place. An ai.onnx import below 12 is raised to 12 (the quantized
+// ops need 10, DynamicQuantizeLinear 11, an 8-bit MaxPool 12) when every op in the graph means
+// the same there; else a model below 11 is an InvalidModel error naming the op.
 void quantize_model(Model& m, const QuantizeOptions& opts, QuantizeReport& report);
 
 // The float tensor values a static quantization needs ranges of (inputs and outputs of the
