@@ -23,7 +23,7 @@ test: build
 	@bash scripts/run_tests.sh $(BUILD)
 
 # The suites of scripts/run_tests.sh that make the fast tier (docs/testing.md).
-CHECK_SUITES = models-setup layers sizes unit conformance-debian conformance-newest parity serve
+CHECK_SUITES = models-setup layers sizes unit conformance-debian conformance-newest parity serve quantize
 check: build
 	@BASALT_SUITES="$(CHECK_SUITES)" PARITY_ARGS=--default-shapes bash scripts/run_tests.sh $(BUILD)
 

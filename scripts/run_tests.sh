@@ -110,6 +110,9 @@ run_suite python pytest_suite "$ROOT/tests/python"
 # load and the bounded soak (docs/serving.md).
 run_suite serve pytest_suite "$ROOT/tests/serve/test_serve.py" "$ROOT/tests/serve/test_serve_bad_input.py"
 run_suite serve-soak pytest_suite -s "$ROOT/tests/serve/test_serve_soak.py"
+# basalt quantize and the int8 kernels end to end: static and dynamic quantization, accuracy,
+# parity with ONNX Runtime on the quantized files, bad input (docs/quantization.md; ~10 s).
+run_suite quantize pytest_suite "$ROOT/tests/quant/test_quantize.py"
 run_suite fuzz-regressions "$ROOT/tests/fuzz/replay.sh" "$BUILD"
 # The sanitizer suites (issue 9, `make test-sanitize`): clang-14 ASan + UBSan build (build-fuzz/,
 # shared with fuzz-short below) of the CLI, unit tests and replayers; then unit, bad-input, Debian

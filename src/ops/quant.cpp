@@ -295,6 +295,7 @@ void register_quantize(OpRegistry& r) {
         const Tensor& scale = ctx.input(1);
         if (!is_float_scale(x.dtype()) && x.dtype() != DType::Int32) unsupported_dtype(ctx, 0, x.dtype());
         if (!is_float_scale(scale.dtype())) unsupported_dtype(ctx, 1, scale.dtype());
+        check_scales(ctx, 1, "y_scale");
         const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
         DType out = zp ? zp->dtype() : (out_attr != DType::Undefined ? out_attr : DType::Uint8);
         if (zp && out_attr != DType::Undefined && out_attr != zp->dtype())
@@ -357,6 +358,7 @@ void register_quantize(OpRegistry& r) {
         const Tensor& scale = ctx.input(1);
         if (!is_quant_type(x.dtype()) && x.dtype() != DType::Float8E8M0) unsupported_dtype(ctx, 0, x.dtype());
         if (!is_float_scale(scale.dtype())) unsupported_dtype(ctx, 1, scale.dtype());
+        check_scales(ctx, 1, "x_scale");
         const Tensor* zp = ctx.has_input(2) ? &ctx.input(2) : nullptr;
         if (zp) {
           if (zp->dtype() != x.dtype())
@@ -492,6 +494,16 @@ RowParam make_row_param(const KernelContext& ctx, const Tensor* t, const Tensor&
                                            shape_str(A.shape()));
 }
 
+void check_scales(const KernelContext& ctx, int i, const char* what) {
+  const Tensor& t = ctx.input(i);
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    const double v = float_at(t, k);
+    if (!(v > 0.0) || !std::isfinite(v))
+      ctx.fail(ErrorCode::InvalidArgument, std::string(what) + " must be positive and finite; element " + std::to_string(k) + " is " +
+                                               std::to_string(v));
+  }
+}
+
 void check_int8(const KernelContext& ctx, int i) {
   DType dt = ctx.input(i).dtype();
   if (dt != DType::Int8 && dt != DType::Uint8) unsupported_dtype(ctx, i, dt);
@@ -532,6 +544,9 @@ void qlinear_matmul_ref(KernelContext& ctx) {
         if (!is_float_scale(bs.dtype())) unsupported_dtype(ctx, 4, bs.dtype());
         if (!is_float_scale(ys.dtype())) unsupported_dtype(ctx, 6, ys.dtype());
         if (yzp.dtype() != DType::Int8 && yzp.dtype() != DType::Uint8) unsupported_dtype(ctx, 7, yzp.dtype());
+        check_scales(ctx, 1, "a_scale");
+        check_scales(ctx, 4, "b_scale");
+        check_scales(ctx, 6, "y_scale");
         if (ys.numel() != 1 || yzp.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, "y_scale and y_zero_point must be scalars");
         RowParam ra = make_row_param(ctx, &azp, A, true, "a_zero_point");
         RowParam ras = make_row_param(ctx, &as, A, true, "a_scale");
@@ -744,6 +759,9 @@ void qlinear_conv_ref(const ConvAttrs& at, KernelContext& ctx) {
         if (yz.dtype() != DType::Int8 && yz.dtype() != DType::Uint8) unsupported_dtype(ctx, 7, yz.dtype());
         if (xs.numel() != 1 || xz.numel() != 1 || ys.numel() != 1 || yz.numel() != 1)
           ctx.fail(ErrorCode::InvalidArgument, "x_scale, x_zero_point, y_scale and y_zero_point must be scalars");
+        check_scales(ctx, 1, "x_scale");
+        check_scales(ctx, 4, "w_scale");
+        check_scales(ctx, 6, "y_scale");
         const int64_t M = W.rank() > 0 ? W.dim(0) : 0;
         if ((ws.numel() != 1 && ws.numel() != M) || (wz.numel() != 1 && wz.numel() != M))
           ctx.fail(ErrorCode::InvalidArgument, "w_scale and w_zero_point must be scalars or have " + std::to_string(M) + " elements");

@@ -24,6 +24,9 @@ bool is_float_scale(DType dt);
 // Input i must be int8 or uint8 (an error naming the node and input otherwise).
 void check_int8(const KernelContext& ctx, int i);
 std::vector<int64_t> int_vector(const Tensor& t);
+// Every element of scale input i must be positive and finite (a zero, negative, NaN or infinite
+// scale would give garbage or a division by zero): InvalidArgument naming the input otherwise.
+void check_scales(const KernelContext& ctx, int i, const char* what);
 
 struct ConvAttrs {
   AutoPad auto_pad = AutoPad::NotSet;

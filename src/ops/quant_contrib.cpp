@@ -75,6 +75,7 @@ class QFloatMatMulKernel final : public OpKernel {
                                                  std::to_string(N) + "]");
     };
     per_col(bs, "b_scale");
+    check_scales(ctx, bsi, "b_scale");
     std::vector<int32_t> bz;
     if (ctx.has_input(bzi)) {
       const Tensor& z = ctx.input(bzi);
@@ -117,6 +118,7 @@ class QFloatMatMulKernel final : public OpKernel {
       const Tensor& as = ctx.input(2);
       if (as.dtype() != DType::Float) unsupported_dtype(ctx, 2, as.dtype());
       if (as.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, "a_scale must be a scalar, got " + shape_str(as.shape()));
+      check_scales(ctx, 2, "a_scale");
       a_scale = as.data<float>()[0];
       if (ctx.has_input(4)) {
         const Tensor& z = ctx.input(4);

@@ -127,6 +127,9 @@ class QMatMulKernel final : public OpKernel {
       if (!is_float_scale(ys.dtype())) unsupported_dtype(ctx, 6, ys.dtype());
       if (!is_8bit(yzp.dtype())) unsupported_dtype(ctx, 7, yzp.dtype());
       if (ys.numel() != 1 || yzp.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, "y_scale and y_zero_point must be scalars");
+      check_scales(ctx, 1, "a_scale");
+      check_scales(ctx, 4, "b_scale");
+      check_scales(ctx, 6, "y_scale");
       if (row_len(&as, "a_scale") != 1) per_row_scale = true;
       col_ok(&bs, "b_scale");
       if (per_row_scale) return qlinear_matmul_ref(ctx);  // a per-row a_scale: rare, the reference takes it
@@ -315,6 +318,9 @@ class QConvKernel final : public OpKernel {
         ctx.fail(ErrorCode::InvalidArgument, "x_scale, x_zero_point, y_scale and y_zero_point must be scalars");
       if (ws.numel() != 1 && ws.numel() != M)
         ctx.fail(ErrorCode::InvalidArgument, "w_scale and w_zero_point must be scalars or have " + std::to_string(M) + " elements");
+      check_scales(ctx, 1, "x_scale");
+      check_scales(ctx, 4, "w_scale");
+      check_scales(ctx, 6, "y_scale");
       if (ctx.has_input(8)) {
         const Tensor& B = ctx.input(8);
         if (B.dtype() != DType::Int32) unsupported_dtype(ctx, 8, B.dtype());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <array>
 #include <cstring>
+#include <optional>
 #include <set>
 
 namespace basalt {
@@ -119,9 +120,12 @@ class Rewriter {
     if (!domain.empty() && !m_.opsets.count(domain)) m_.opsets[domain] = 1;
     return g_.nodes.back();
   }
-  const Tensor* float_constant(int v, int rank) const {
+  // A copy (sharing the storage) of constant v when it is a non-empty float tensor of that rank: a
+  // copy, because adding constants grows g_.values and moves the ValueDefs.
+  std::optional<Tensor> float_constant(int v, int rank) const {
     const Tensor* t = v >= 0 ? constant_of(g_, v) : nullptr;
-    return t && t->dtype() == DType::Float && t->rank() == rank && t->numel() > 0 ? t : nullptr;
+    if (t && t->dtype() == DType::Float && t->rank() == rank && t->numel() > 0) return *t;
+    return std::nullopt;
   }
   const std::string& name(int v) const { return g_.values[size_t(v)].name; }
   void count(const char* op) { ++rep_.quantized[op]; }
@@ -129,7 +133,7 @@ class Rewriter {
   // ---- dynamic ---------------------------------------------------------------------------
   bool dynamic_node(const Node& n) {
     if (!is_onnx_op(n, "MatMul") || n.inputs.size() != 2) return false;
-    const Tensor* b = float_constant(n.inputs[1], 2);
+    const std::optional<Tensor> b = float_constant(n.inputs[1], 2);
     if (!b) throw Skip{"B " + name(n.inputs[1]) + " is not a constant 2-D float matrix"};
     const int64_t K = b->dim(0), N = b->dim(1);
     const int a = n.inputs[0];
@@ -238,10 +242,10 @@ class Rewriter {
   }
 
   bool conv(const Node& n, std::vector<Node>& old, size_t i, std::set<size_t>& folded) {
-    const Tensor* w = n.inputs.size() > 1 ? float_constant(n.inputs[1], 4) : nullptr;
+    const std::optional<Tensor> w = n.inputs.size() > 1 ? float_constant(n.inputs[1], 4) : std::nullopt;
     if (!w) throw Skip{"W is not a constant 4-D float tensor (only 2-D convolutions are quantized)"};
     const int64_t M = w->dim(0), inner = w->numel() / M;
-    const Tensor* b = n.inputs.size() > 2 && n.inputs[2] >= 0 ? float_constant(n.inputs[2], 1) : nullptr;
+    const std::optional<Tensor> b = n.inputs.size() > 2 && n.inputs[2] >= 0 ? float_constant(n.inputs[2], 1) : std::nullopt;
     if (n.inputs.size() > 2 && n.inputs[2] >= 0 && (!b || b->numel() != M)) throw Skip{"B is not a constant float vector"};
     const int xq = quantized(n.inputs[0], "input");
     bool relu = false;
@@ -251,7 +255,7 @@ class Rewriter {
     rep_.float_weight_bytes += size_t(w->numel()) * 4;
     rep_.int8_weight_bytes += size_t(w->numel());
     const auto [xs, xz] = params_.at(xq);
-    const float xsv = constant_of(g_, xs)->data<float>()[0];
+    const float xsv = constant_of(g_, xs)->data<float>()[0];  // read now: later constants move the ValueDefs
     std::vector<int> in = {xq, xs, xz, -1, -1, -1, params_.at(yq).first, params_.at(yq).second};
     if (b) {
       Tensor bq(DType::Int32, {M});
@@ -272,7 +276,7 @@ class Rewriter {
   }
 
   bool matmul(const Node& n, std::vector<Node>& old, size_t i, std::set<size_t>& folded) {
-    const Tensor* b = float_constant(n.inputs[1], 2);
+    const std::optional<Tensor> b = float_constant(n.inputs[1], 2);
     if (!b) throw Skip{"B " + name(n.inputs[1]) + " is not a constant 2-D float matrix"};
     const int64_t N = b->dim(1);
     const int aq = quantized(n.inputs[0], "input");

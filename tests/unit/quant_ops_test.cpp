@@ -197,6 +197,29 @@ TEST(QuantOps, BadParametersNameTheProblem) {
   EXPECT_NE(mm_err({Value(A), Value(B), Value(zp8({}, false, rng)), Value(zp8({4}, true, rng))}).find("b_zero_point has shape"),
             std::string::npos);
   EXPECT_NE(mm_err({Value(A), Value(B), Value(zp8({2}, false, rng))}).find("a_zero_point has shape"), std::string::npos);
+  // scales: zero, negative, NaN; QLinearConv and QLinearMatMul, packed weights or not
+  Tensor bad_ws = scales({6}, 0.01f);
+  bad_ws.data<float>()[4] = 0.f;
+  std::vector<Value> qc = {Value(X), Value(scales({}, 0.02f)), Value(zp8({}, false, rng)), Value(W), Value(bad_ws), Value(zp8({6}, true, rng)),
+                           Value(scales({}, 0.5f)), Value(zp8({}, false, rng))};
+  for (int constw = 0; constw < 2; ++constw) {
+    try {
+      run_fast("QLinearConv", qc, {}, constw ? std::vector<int>{3, 4, 5} : std::vector<int>{}, 1);
+      ADD_FAILURE() << "a zero w_scale was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("w_scale must be positive and finite; element 4"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("QLinearConv"), std::string::npos) << e.what();
+    }
+  }
+  Tensor neg = scales({}, -0.5f);
+  std::vector<Value> qm = {Value(A), Value(neg), Value(zp8({}, false, rng)), Value(B), Value(scales({}, 0.1f)), Value(zp8({}, true, rng)),
+                           Value(scales({}, 0.5f)), Value(zp8({}, false, rng))};
+  try {
+    run_fast("QLinearMatMul", qm, {}, {3}, 1);
+    ADD_FAILURE() << "a negative a_scale was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a_scale must be positive"), std::string::npos) << e.what();
+  }
   Tensor F(DType::Float, {3, 8});
   EXPECT_NE(mm_err({Value(F), Value(B)}).find("t"), std::string::npos);
   EXPECT_NE(mm_err({Value(F), Value(B)}), "no error");
