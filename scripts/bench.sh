@@ -32,3 +32,7 @@ fi
 if [[ " $* " != *" --quick "* ]]; then
   /usr/bin/python3 "$ROOT/scripts/bench_serve.py" --build "$BUILD"
 fi
+# int8: basalt and ORT on the same quantized models, and basalt int8 against its fp32 (docs/quantization.md).
+if [[ " $* " != *" --quick "* ]]; then
+  /usr/bin/python3 "$ROOT/scripts/bench_int8.py" --basalt "$BUILD/basalt"
+fi

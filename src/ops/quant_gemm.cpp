@@ -4,6 +4,7 @@
 // Cases the GEMM does not take (a B with batch dims, a 1-D or 3-D convolution) run the reference
 // kernels of ops/quant.cpp, which compute the same exact sums.
 #include "core/thread_pool.hpp"
+#include "kernels/qdepthwise.hpp"
 #include "kernels/qgemm.hpp"
 #include "ops/quant_common.hpp"
 
@@ -388,49 +389,37 @@ class QConvKernel final : public OpKernel {
   void depthwise(KernelContext& ctx, const Conv2d& cg, const uint8_t* x, const Tensor& W, int32_t xzp, const std::vector<int32_t>& wz,
                  const QEpilogue& ep, const std::vector<double>& mult, const std::vector<int32_t>& bias, Tensor& Y, int64_t N,
                  int64_t M) const {
-    const bool xs = ctx.input(0).dtype() == DType::Int8, wsg = W.dtype() == DType::Int8;
-    const int64_t ohw = cg.OH * cg.OW, taps = cg.KH * cg.KW;
-    const uint8_t* wb = W.data<uint8_t>();
-    parallel_for(ctx.pool(), N * M, 1, [&](int64_t p0, int64_t p1) {
-      std::vector<int32_t> acc(static_cast<size_t>(ohw)), xc(static_cast<size_t>(cg.H * cg.W)), wc(static_cast<size_t>(taps));
-      for (int64_t p = p0; p < p1; ++p) {
-        const int64_t m = p % M;
-        const uint8_t* plane = x + p * cg.H * cg.W;
-        for (int64_t i = 0; i < cg.H * cg.W; ++i) xc[size_t(i)] = (xs ? int32_t(int8_t(plane[i])) : int32_t(plane[i])) - xzp;
-        const int32_t wzm = wz.empty() ? 0 : wz[size_t(m)];
-        for (int64_t t = 0; t < taps; ++t) {
-          const uint8_t b = wb[m * taps + t];
-          wc[size_t(t)] = (wsg ? int32_t(int8_t(b)) : int32_t(b)) - wzm;
-        }
-        std::fill(acc.begin(), acc.end(), 0);
-        for (int64_t kh = 0; kh < cg.KH; ++kh)
-          for (int64_t kw = 0; kw < cg.KW; ++kw) {
-            const int32_t w = wc[size_t(kh * cg.KW + kw)];
-            for (int64_t oh = 0; oh < cg.OH; ++oh) {
-              const int64_t ih = oh * cg.sh - cg.pt + kh * cg.dh;
-              if (ih < 0 || ih >= cg.H) continue;
-              const int32_t* xr = xc.data() + ih * cg.W;
-              int32_t* ar = acc.data() + oh * cg.OW;
-              const int64_t off = kw * cg.dw - cg.pl;
-              for (int64_t ow = 0; ow < cg.OW; ++ow) {
-                const int64_t iw = ow * cg.sw + off;
-                if (iw >= 0 && iw < cg.W) ar[ow] += xr[iw] * w;
-              }
-            }
-          }
-        if (!qlinear_) {
-          std::memcpy(Y.data<int32_t>() + p * ohw, acc.data(), size_t(ohw) * sizeof(int32_t));
-          continue;
-        }
-        uint8_t* o = static_cast<uint8_t*>(Y.raw()) + p * ohw;
-        const double mm = mult[size_t(m)], lo = double(ep.lo - ep.yzp), hi = double(ep.hi - ep.yzp);
-        const int64_t bm = bias.empty() ? 0 : bias[size_t(m)];
-        for (int64_t i = 0; i < ohw; ++i) {
-          double v = double(int64_t(acc[size_t(i)]) + bm) * mm;
-          v = v >= lo ? (v <= hi ? kernels::round_half_even(v) : hi) : lo;
-          o[i] = uint8_t(int32_t(v) + ep.yzp);
-        }
+    const kernels::QDepthwise g{cg.H, cg.W, cg.KH, cg.KW, cg.OH, cg.OW, cg.sh, cg.sw, cg.dh, cg.dw, cg.pt, cg.pl,
+                                ctx.input(0).dtype() == DType::Int8, W.dtype() == DType::Int8, xzp};
+    const int64_t ohw = cg.OH * cg.OW;
+    const std::vector<int32_t> zeros(static_cast<size_t>(std::max(M, ohw)), 0);
+    const int32_t* wzp = wz.empty() ? zeros.data() : wz.data();
+    const uint8_t* wb = static_cast<const uint8_t*>(W.raw());
+    // the plane's sums are finished by the GEMM's tile epilogue: one row (channel c) of ohw
+    // columns with no zero-point corrections left (they are in the sums already)
+    const kernels::QTileParams tp{nullptr, zeros.data(), nullptr, zeros.data(), zeros.data(), zeros.data()};
+    QEpilogue e = ep;
+    e.per_row = true;
+    e.ldo = ohw;
+    if (qlinear_) {
+      e.mult = mult.data();
+      e.mult_len = M;
+      if (!bias.empty()) {
+        e.bias = bias.data();
+        e.bias_len = M;
       }
+    }
+    const size_t esz = qlinear_ ? 1 : 4;
+    const kernels::QGemmArch& ga = arch();
+    const int64_t scratch = kernels::qdepthwise_scratch_bytes(g);
+    parallel_for(ctx.pool(), N * M, 1, [&](int64_t p0, int64_t p1) {
+      std::vector<uint8_t> buf(static_cast<size_t>(scratch) + 64);
+      void* sp = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) / 64 * 64);
+      kernels::qdepthwise_planes(kernels::best_isa(), g, x, wb, wzp, M, p0, p1, sp, [&](int64_t p, int64_t c, const int32_t* sums) {
+        QEpilogue pe = e;
+        pe.dst = static_cast<uint8_t*>(Y.raw()) + size_t((p - c) * ohw) * esz;  // row c of this image's planes
+        ga.finish(sums, int(ohw), c, 0, 1, int(ohw), 0, tp, pe);
+      });
     });
   }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <array>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -184,7 +185,10 @@ class Rewriter {
     const ActivationRange* r = range_of(out);
     if (!r) throw Skip{"output " + name(out) + " has no calibrated range"};
     ActivationRange rr = *r;
-    if (relu) rr.lo = 0.f;
+    if (relu) {
+      rr.lo = 0.f;  // zero point 0: the uint8 floor is the activation's floor
+      rr.hi = std::min(rr.hi, fold_hi_);
+    }
     const QParams p = activation_params(rr);
     const int q = value(name(out) + "_quantized");
     params_[q] = {constant(name(out) + "_scale", Tensor::scalar(p.scale)), constant(name(out) + "_zero_point", Tensor::scalar(p.zp))};
@@ -196,17 +200,39 @@ class Rewriter {
     emit("DequantizeLinear", name(out) + "_DequantizeLinear", {q, s, z}, {out});
     twin_[out] = q;
   }
-  // The node's output, or the output of a Relu right after it that can be folded in.
+  // The upper bound of a Clip(0, hi) (ReLU6 and the like), or false when c is no such Clip.
+  bool clip_from_zero(const Node& c, float& hi) const {
+    if (!is_onnx_op(c, "Clip")) return false;
+    float lo = -std::numeric_limits<float>::infinity();
+    hi = std::numeric_limits<float>::infinity();
+    if (c.opset < 11) {
+      lo = c.attr_float("min", lo);
+      hi = c.attr_float("max", hi);
+    } else {
+      for (int k : {1, 2}) {
+        if (int(c.inputs.size()) <= k || c.inputs[size_t(k)] < 0) continue;
+        const Tensor* t = constant_of(g_, c.inputs[size_t(k)]);
+        if (!t || t->numel() != 1 || t->dtype() != DType::Float) return false;
+        (k == 1 ? lo : hi) = t->data<float>()[0];
+      }
+    }
+    return lo == 0.f && hi > 0.f;
+  }
+  // The node's output, or the output of a Relu or Clip(0, hi) right after it that can be folded
+  // in (the output is then quantized from 0, and to at most hi).
   int output_with_relu(const Node& n, std::vector<Node>& old, size_t i, std::set<size_t>& folded, bool& relu) {
     relu = false;
+    fold_hi_ = std::numeric_limits<float>::infinity();
     const int y = n.outputs[0];
     if (consumers_[size_t(y)] != 1) return y;
     for (size_t k = i + 1; k < old.size(); ++k) {
       const Node& c = old[k];
       if (std::find(c.inputs.begin(), c.inputs.end(), y) == c.inputs.end()) continue;
-      if (is_onnx_op(c, "Relu") && range_of(c.outputs[0])) {
+      float hi = 0.f;
+      if ((is_onnx_op(c, "Relu") || (clip_from_zero(c, hi) && c.inputs[0] == y)) && range_of(c.outputs[0])) {
         folded.insert(k);
         relu = true;
+        if (is_onnx_op(c, "Clip")) fold_hi_ = hi;
         return c.outputs[0];
       }
       break;
@@ -271,7 +297,7 @@ class Rewriter {
     Node& q = emit("QLinearConv", n.name + "_quant", std::move(in), {yq});
     q.attrs = n.attrs;
     dequantize(yq, out);
-    count(relu ? "Conv+Relu" : "Conv");
+    count(relu ? "Conv+Relu/Clip" : "Conv");
     return true;
   }
 
@@ -292,7 +318,7 @@ class Rewriter {
     const int bz = constant(name(n.inputs[1]) + "_zero_point", std::move(qw.zp));
     emit("QLinearMatMul", n.name + "_quant", {aq, as, az, bq, bs, bz, params_.at(yq).first, params_.at(yq).second}, {yq});
     dequantize(yq, out);
-    count(relu ? "MatMul+Relu" : "MatMul");
+    count(relu ? "MatMul+Relu/Clip" : "MatMul");
     return true;
   }
 
@@ -309,7 +335,7 @@ class Rewriter {
           params_.at(yq).second},
          {yq}, "com.microsoft");
     dequantize(yq, out);
-    count(relu ? "Add+Relu" : "Add");
+    count(relu ? "Add+Relu/Clip" : "Add");
     return true;
   }
 
@@ -339,6 +365,7 @@ class Rewriter {
   const QuantizeOptions& opts_;
   QuantizeReport& rep_;
   int opset_ = 0;
+  float fold_hi_ = 0.f;  // the folded Clip's upper bound (infinity for a Relu)
   std::vector<int> consumers_;
   std::map<int, std::array<int, 3>> dql_;     // float A -> DynamicQuantizeLinear outputs
   std::map<int, int> twin_;                   // float value -> its uint8 twin
@@ -393,7 +420,8 @@ std::vector<std::string> calibration_values(const Model& m) {
     if (!g.values[size_t(v)].is_initializer) names.insert(g.values[size_t(v)].name);
   for (const Node& n : g.nodes) {
     const bool wanted = canonical_domain(n.domain).empty() &&
-                        (n.op_type == "Conv" || n.op_type == "MatMul" || n.op_type == "Add" || n.op_type == "Sum" || n.op_type == "Relu");
+                        (n.op_type == "Conv" || n.op_type == "MatMul" || n.op_type == "Add" || n.op_type == "Sum" || n.op_type == "Relu" ||
+                         n.op_type == "Clip");
     if (!wanted) continue;
     for (int v : n.inputs)
       if (v >= 0 && !constant_of(g, v)) names.insert(g.values[size_t(v)].name);

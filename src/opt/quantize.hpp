@@ -14,8 +14,9 @@
 //   Conv (constant W, B)        -> QLinearConv, bias as int32 in x_scale * w_scale units
 //   MatMul (constant 2-D B)     -> QLinearMatMul
 //   Add (or a two-input Sum) of two quantized values -> com.microsoft QLinearAdd
-//   a Relu after any of these   -> folded: the output's range starts at 0 (zero point 0), so
-//                                  the uint8 saturation is the Relu
+//   a Relu or Clip(0, hi) after any of these -> folded: the output's range starts at 0 (zero
+//                                  point 0) and ends at most at hi, so the uint8 saturation is
+//                                  the activation
 //   MaxPool (opset >= 12), Reshape, Flatten, Transpose, Squeeze, Unsqueeze of a quantized value -> the same op on
 //                                  the uint8 tensor (they move values, so the scale carries over)
 // A QuantizeLinear is inserted where a float value enters a quantized op, a DequantizeLinear

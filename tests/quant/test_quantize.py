@@ -161,7 +161,7 @@ def test_static_resnet50_top1_and_ort(tmp_path):
     q8 = str(tmp_path / "r50_int8.onnx")
     cal = calibration_dir(str(tmp_path / "cal"), "gpu_0/data_0", (1, 3, 224, 224), 4, 2)
     r = run("quantize", f32, "-o", q8, "--calibration", cal)
-    assert "Conv+Relu x33" in r.stdout and "Add+Relu x16" in r.stdout, r.stdout
+    assert "Conv+Relu/Clip x33" in r.stdout and "Add+Relu/Clip x16" in r.stdout, r.stdout
     agree = 0
     for k in range(3):
         x = {"gpu_0/data_0": np.random.default_rng(10 + k).uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32)}
