@@ -8,8 +8,9 @@ samples drawn like the bench inputs, or dynamic for BERT), then for each thread 
 int8 model run in turn, ROUNDS times, alternating the order; each figure is the best of its
 per-round medians. Reported per row: ms of each, ORT-int8 / basalt-int8 (> 1: basalt is faster),
 basalt fp32 / basalt int8, peak RSS of basalt's int8 session over its fp32 one, and the accuracy
-of the int8 model (relative L2 against basalt fp32, top-1 agreement for classifiers, relative L2
-between basalt int8 and ORT int8). Ends with the geometric means.
+of the int8 model (relative L2 and max abs error against basalt fp32, top-1 agreement for
+classifiers, the agreement of PaddleOCR det's thresholded map, relative L2 between basalt int8
+and ORT int8). Ends with the geometric means.
 
 usage: bench_int8.py --basalt build/basalt [--threads 1,2] [--iters 20] [--warmup 3] [--rounds 2]
                      [--models resnet50,mobilenet_v2,bert_base,ppocr_det] [--quick] [--json OUT]
@@ -104,7 +105,10 @@ def main():
         subprocess.run(["node", os.path.join(bc.REPO, "tests", "parity", "ort_run.js"), q8, folder, ort_dir, "1"], check=True,
                        capture_output=True, timeout=args.timeout)
         ort = np.load(os.path.join(ort_dir, "output_0.npy"))
-        acc = {"rel_l2_vs_fp32": rel_l2(got, ref), "rel_l2_vs_ort_int8": rel_l2(got, ort)}
+        acc = {"rel_l2_vs_fp32": rel_l2(got, ref), "rel_l2_vs_ort_int8": rel_l2(got, ort),
+               "max_abs_vs_fp32": float(np.abs(got.astype(np.float64) - ref).max())}
+        if mid == "ppocr_det":  # a probability map: what PaddleOCR thresholds (0.3), not its near-zero values
+            acc["det_map_agreement"] = float(((got > 0.3) == (ref > 0.3)).mean())
         if mid in CLASSIFIERS:
             acc["top1_agrees"] = bool(got.reshape(got.shape[0], -1).argmax(1)[0] == ref.reshape(ref.shape[0], -1).argmax(1)[0])
         for t in threads:
@@ -135,6 +139,8 @@ def main():
                 f"ort/basalt {row['ort_over_basalt']:5.2f}x  fp32 {row['basalt_fp32_ms']:8.2f} ms  fp32/int8 {row['fp32_over_int8']:5.2f}x  "
                 f"peak RSS int8/fp32 {row['rss_int8_over_fp32']:4.2f}  relL2 vs fp32 {acc['rel_l2_vs_fp32']:.4f}"
                 + (f"  top-1 {'same' if acc.get('top1_agrees') else 'DIFFERS'}" if 'top1_agrees' in acc else "")
+                + f"  max |int8 - fp32| {acc['max_abs_vs_fp32']:.2g}"
+                + (f"  map>0.3 agrees {acc['det_map_agreement']:.4f}" if 'det_map_agreement' in acc else "")
                 + f"  vs ORT int8 {acc['rel_l2_vs_ort_int8']:.4f}")
     if rows:
         for t in threads:

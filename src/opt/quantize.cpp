@@ -37,7 +37,9 @@ QParams activation_params(ActivationRange r) {
 struct QWeights {
   Tensor q, scale, zp;
 };
-QWeights quantize_weights(const Tensor& w, int64_t channels, int64_t cstride, int64_t istride, bool per_channel) {
+// floor (may be null): per-channel lower bounds of the scales (a bias that must fit int32).
+QWeights quantize_weights(const Tensor& w, int64_t channels, int64_t cstride, int64_t istride, bool per_channel,
+                          const std::vector<float>* floor = nullptr) {
   const int64_t inner = channels ? w.numel() / channels : 0;
   const float* p = w.data<float>();
   const int64_t ns = per_channel ? channels : 1;
@@ -47,7 +49,14 @@ QWeights quantize_weights(const Tensor& w, int64_t channels, int64_t cstride, in
       float& m = s[size_t(per_channel ? c : 0)];
       m = std::max(m, std::fabs(p[c * cstride + i * istride]));
     }
-  for (float& v : s) v = v > 0.f && std::isfinite(v) ? v / 127.f : 1.f;
+  for (float& v : s) v = v > 0.f && std::isfinite(v) ? v / 127.f : 0.f;
+  if (floor)
+    for (int64_t c = 0; c < channels; ++c) {
+      float& v = s[size_t(per_channel ? c : 0)];
+      v = std::max(v, (*floor)[size_t(c)]);
+    }
+  for (float& v : s)
+    if (!(v > 0.f)) v = 1.f;  // all-zero weights and no bias: any scale
   QWeights r;
   r.q = Tensor(DType::Int8, w.shape());
   int8_t* q = r.q.data<int8_t>();
@@ -277,11 +286,17 @@ class Rewriter {
     bool relu = false;
     const int out = output_with_relu(n, old, i, folded, relu);
     const int yq = quant_output(out, relu);
-    QWeights qw = quantize_weights(*w, M, inner, 1, opts_.per_channel);
-    rep_.float_weight_bytes += size_t(w->numel()) * 4;
-    rep_.int8_weight_bytes += size_t(w->numel());
     const auto [xs, xz] = params_.at(xq);
     const float xsv = constant_of(g_, xs)->data<float>()[0];  // read now: later constants move the ValueDefs
+    // the int32 bias is B / (x_scale * w_scale): a channel whose weights are all but zero (a dead
+    // channel after BatchNormalization folding) gets a weight scale large enough that its bias
+    // stays within 2^30, instead of a bias saturated at the int32 limit
+    std::vector<float> floor(static_cast<size_t>(M), 0.f);
+    if (b)
+      for (int64_t m = 0; m < M; ++m) floor[size_t(m)] = float(std::fabs(double(b->data<float>()[m])) / (double(xsv) * 1073741824.0));
+    QWeights qw = quantize_weights(*w, M, inner, 1, opts_.per_channel, &floor);
+    rep_.float_weight_bytes += size_t(w->numel()) * 4;
+    rep_.int8_weight_bytes += size_t(w->numel());
     std::vector<int> in = {xq, xs, xz, -1, -1, -1, params_.at(yq).first, params_.at(yq).second};
     if (b) {
       Tensor bq(DType::Int32, {M});
