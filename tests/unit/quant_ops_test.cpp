@@ -135,6 +135,10 @@ TEST(QuantOps, ConvMatchesReference) {
       {1, 5, 12, 10, 7, 3, 2, 1, 1, 2, 2, true, true, true},     // dilation 2, non-square kernel
       {1, 3, 5, 5, 70, 5, 5, 1, 1, 2, 1, false, true, false},    // more channels than a tile
       {1, 4, 3, 3, 8, 1, 1, 1, 2, 0, 1, false, true, false},     // 1x1 stride 2
+      // enough output pixels for the blocked path (blocks of 256 pixels per thread, a partial last one)
+      {1, 4, 40, 40, 8, 3, 3, 1, 1, 1, 1, true, true, true},     // 1600 pixels, 3x3
+      {2, 8, 33, 33, 12, 1, 1, 1, 1, 0, 1, false, true, false},  // 1089 pixels, 1x1 direct, batch 2
+      {1, 6, 48, 47, 10, 3, 3, 2, 1, 1, 2, false, false, true},  // groups, dilation 2
   };
   for (const auto& c : cases) {
     check_conv(c, false);
