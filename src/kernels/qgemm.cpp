@@ -80,24 +80,26 @@ void pack_right_panels(const QGemmArch& g, int64_t K, int64_t N, const QMatrix& 
   const int nr = g.nr;
   const int64_t Kp = qround4(K);
   const uint8_t flip = flip_of(src.is_signed, true);
-  for (int64_t p = p0; p < p1; ++p) {
-    int8_t* d = dst + p * Kp * nr;
-    const int64_t c0 = p * nr;
-    const int cols = int(std::min<int64_t>(nr, N - c0));
-    for (int64_t gk = 0; gk < Kp / 4; ++gk) {
-      int8_t* dg = d + gk * nr * 4;
+  // One group of 4 rows at a time across all the panels: the 4 source rows are read in order
+  // (a panel at a time would read one cache line of each of K rows per panel, far apart).
+  for (int64_t gk = 0; gk < Kp / 4; ++gk) {
+    const uint8_t* rows[4];
+    if (!src.trans)
+      for (int t = 0; t < 4; ++t) rows[t] = 4 * gk + t < K ? src.data + (4 * gk + t) * src.ld : nullptr;
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t c0 = p * nr;
+      const int cols = int(std::min<int64_t>(nr, N - c0));
+      int8_t* dg = dst + p * Kp * nr + gk * nr * 4;
       int c = 0;
       if (!src.trans) {
-        const uint8_t* rows[4];
-        for (int t = 0; t < 4; ++t) rows[t] = 4 * gk + t < K ? src.data + (4 * gk + t) * src.ld + c0 : nullptr;
 #if defined(__x86_64__)
         if (rows[3]) {  // four whole rows: interleave 16 columns at a time (SSE2)
           const __m128i fx = _mm_set1_epi8(char(flip));
           for (; c + 16 <= cols; c += 16) {
-            __m128i r0 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[0] + c)), fx);
-            __m128i r1 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[1] + c)), fx);
-            __m128i r2 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2] + c)), fx);
-            __m128i r3 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[3] + c)), fx);
+            __m128i r0 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[0] + c0 + c)), fx);
+            __m128i r1 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[1] + c0 + c)), fx);
+            __m128i r2 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[2] + c0 + c)), fx);
+            __m128i r3 = _mm_xor_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[3] + c0 + c)), fx);
             __m128i lo01 = _mm_unpacklo_epi8(r0, r1), hi01 = _mm_unpackhi_epi8(r0, r1);
             __m128i lo23 = _mm_unpacklo_epi8(r2, r3), hi23 = _mm_unpackhi_epi8(r2, r3);
             __m128i* o = reinterpret_cast<__m128i*>(dg + c * 4);
@@ -109,7 +111,7 @@ void pack_right_panels(const QGemmArch& g, int64_t K, int64_t N, const QMatrix& 
         }
 #endif
         for (; c < cols; ++c)
-          for (int t = 0; t < 4; ++t) dg[c * 4 + t] = rows[t] ? int8_t(rows[t][c] ^ flip) : int8_t(0);
+          for (int t = 0; t < 4; ++t) dg[c * 4 + t] = rows[t] ? int8_t(rows[t][c0 + c] ^ flip) : int8_t(0);
       } else {
         for (; c < cols; ++c) {
           const uint8_t* s = src.data + (c0 + c) * src.ld;
@@ -121,14 +123,18 @@ void pack_right_panels(const QGemmArch& g, int64_t K, int64_t N, const QMatrix& 
       }
       for (; c < nr; ++c) std::memset(dg + c * 4, 0, 4);
     }
-    for (int c = 0; c < cols; ++c) {
-      int32_t sum = 0;
-      for (int64_t gk = 0; gk < Kp / 4; ++gk) {
-        const int8_t* e = d + gk * nr * 4 + c * 4;
-        sum += int32_t(e[0]) + e[1] + e[2] + e[3];
-      }
-      sums[c0 + c] = sum;
+  }
+  // column sums, a group row at a time (contiguous: the compiler vectorizes it across columns)
+  for (int64_t p = p0; p < p1; ++p) {
+    const int8_t* d = dst + p * Kp * nr;
+    const int64_t c0 = p * nr;
+    const int cols = int(std::min<int64_t>(nr, N - c0));
+    int32_t acc[64] = {};
+    for (int64_t gk = 0; gk < Kp / 4; ++gk) {
+      const int8_t* e = d + gk * nr * 4;
+      for (int c = 0; c < nr; ++c) acc[c] += int32_t(e[c * 4]) + e[c * 4 + 1] + e[c * 4 + 2] + e[c * 4 + 3];
     }
+    for (int c = 0; c < cols; ++c) sums[c0 + c] = acc[c];
   }
 }
 
