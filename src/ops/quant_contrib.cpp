@@ -49,7 +49,15 @@ class QFloatMatMulKernel final : public OpKernel {
   bool reads_bytes_only(int input) const override { return input == 1 || (!dynamic_ && input == 0); }
   size_t workspace_bytes(std::span<const Shape> in, int) const override {
     if (in.size() < 2 || in[0].empty() || in[1].size() != 2) return 0;
+    double numel = 1;  // no estimate for dims whose products could overflow int64
+    for (int64_t d : in[0]) {
+      if (d < 0 || d >= (int64_t(1) << 40)) return 0;
+      numel *= double(std::max<int64_t>(d, 1));
+    }
+    if (numel > 1e13 || in[1][1] < 0 || in[1][1] >= (int64_t(1) << 40)) return 0;
     const int64_t K = in[0].back(), N = in[1][1], rows = K > 0 ? shape_numel(in[0]) / K : 0;
+    // the products below stay far from int64 overflow (else: no estimate)
+    if (double(rows) * double(std::max<int64_t>(K, 1)) > 1e13 || double(N) * double(std::max<int64_t>(K, 1)) > 1e13) return 0;
     return size_t((dynamic_ ? rows * K + 64 : 0) + kernels::qgemm_workspace_bytes(arch(), rows, N, K, false, in[1] == shape_) + 128);
   }
 

@@ -22,6 +22,19 @@ using kernels::QPacked;
 
 bool is_8bit(DType dt) { return dt == DType::Int8 || dt == DType::Uint8; }
 
+// Whether a workspace estimate from these sizes can be computed without int64 overflow: every
+// value in [0, 2^40) and their product below 2^46 (a model's absurd dims or attributes give a 0
+// estimate instead; its run fails on its own checks, or on the memory limit).
+bool estimable(std::span<const int64_t> v) {
+  double prod = 1;
+  for (int64_t x : v) {
+    if (x < 0 || x >= (int64_t(1) << 40)) return false;
+    prod *= double(std::max<int64_t>(x, 1));
+  }
+  return prod < double(int64_t(1) << 46);
+}
+bool estimable(std::initializer_list<int64_t> v) { return estimable(std::span<const int64_t>(v.begin(), v.size())); }
+
 uint8_t* aligned_workspace(KernelContext& ctx, int64_t bytes) {
   auto p = reinterpret_cast<uintptr_t>(ctx.workspace(size_t(bytes) + 64));
   return reinterpret_cast<uint8_t*>((p + 63) / 64 * 64);
@@ -69,8 +82,10 @@ class QMatMulKernel final : public OpKernel {
   bool reads_bytes_only(int input) const override { return input == bi_; }
   size_t workspace_bytes(std::span<const Shape> in, int) const override {
     if (in.size() <= size_t(bi_) || in[0].empty() || in[size_t(bi_)].size() != 2) return 0;
+    if (!estimable(in[0]) || !estimable(in[size_t(bi_)])) return 0;
     const int64_t K = in[0].back(), N = in[size_t(bi_)][1];
     const int64_t rows = K > 0 ? shape_numel(in[0]) / K : 0;
+    if (!estimable({rows, K}) || !estimable({N, K}) || !estimable({rows, N})) return 0;
     return size_t(kernels::qgemm_workspace_bytes(arch(), rows, N, K, false, in[size_t(bi_)] == shape_) + 64);
   }
 
@@ -133,8 +148,8 @@ class QMatMulKernel final : public OpKernel {
       check_scales(ctx, 6, "y_scale");
       if (row_len(&as, "a_scale") != 1) per_row_scale = true;
       col_ok(&bs, "b_scale");
-      if (per_row_scale) return qlinear_matmul_ref(ctx);  // a per-row a_scale: rare, the reference takes it
-      mult = multipliers(as, bs, ys);
+      if (per_row_scale && B.raw()) return qlinear_matmul_ref(ctx);  // a per-row a_scale: rare, the reference takes it
+      mult = multipliers(per_row_scale ? ctx.input(4) : as, bs, ys);  // per row: recomputed per row below
       ep.out = QEpilogue::Out::Quant8;
       ep.mult = mult.data();
       ep.mult_len = int64_t(mult.size());
@@ -153,8 +168,9 @@ class QMatMulKernel final : public OpKernel {
     right.zp = zb.empty() ? nullptr : zb.data();
     right.zp_len = int64_t(zb.size());
     const size_t esz = qlinear_ ? 1 : 4;
-    // one GEMM over all rows unless A's zero point changes per batch (then one per batch)
-    const int64_t calls = azl == M * batches && batches > 1 ? batches : 1;
+    // one GEMM over all rows unless A's zero point changes per batch (then one per batch) or
+    // a_scale per row meets a packed B (then one per row, each with its own multipliers)
+    const int64_t calls = per_row_scale ? M * batches : azl == M * batches && batches > 1 ? batches : 1;
     const int64_t rows = M * batches / calls;
     uint8_t* ws = aligned_workspace(ctx, kernels::qgemm_workspace_bytes(g, rows, N, K, false, serves));
     for (int64_t c = 0; c < calls; ++c) {
@@ -168,10 +184,20 @@ class QMatMulKernel final : public OpKernel {
         } else {
           // per row: the M values repeat for each batch in this call
           zrow.resize(size_t(rows));
-          for (int64_t r = 0; r < rows; ++r) zrow[size_t(r)] = za[size_t(calls > 1 ? c * M + r : r % M)];
+          for (int64_t r = 0; r < rows; ++r) {
+            const int64_t gr = c * rows + r;  // the row's index over all batches
+            zrow[size_t(r)] = za[size_t(azl == M ? gr % M : gr)];
+          }
           left.zp = zrow.data();
           left.zp_len = rows;
         }
+      }
+      if (per_row_scale) {  // row c: a_scale[c % M] (or per batch row) times b_scale[j] / y_scale
+        const Tensor& as = ctx.input(1);
+        const Tensor one = Tensor::scalar(float(float_at(as, as.numel() == M ? c % M : c)));
+        mult = multipliers(one, ctx.input(4), ctx.input(6));
+        ep.mult = mult.data();
+        ep.mult_len = int64_t(mult.size());
       }
       ep.dst = static_cast<uint8_t*>(Y.raw()) + size_t(c * rows * N) * esz;
       kernels::qgemm(g, rows, N, K, left, right, ep, ctx.pool(), ws);
@@ -257,6 +283,11 @@ class QConvKernel final : public OpKernel {
     const Shape& x = in[0];
     const Shape& w = in[size_t(wi_)];
     // an upper bound: output planes at most the padded input's size (stride >= 1)
+    if (!estimable(x) || !estimable(w)) return 0;
+    for (int64_t d : at_.pads)
+      if (!estimable({d})) return 0;
+    for (int64_t d : at_.dilations)
+      if (!estimable({d})) return 0;
     int64_t ph = 0, pw = 0;
     if (at_.pads.size() == 4) {
       ph = at_.pads[0] + at_.pads[2];
@@ -265,6 +296,7 @@ class QConvKernel final : public OpKernel {
       ph = w[2] * (at_.dilations.size() == 2 ? at_.dilations[0] : 1);
       pw = w[3] * (at_.dilations.size() == 2 ? at_.dilations[1] : 1);
     }
+    if (!estimable({x[2] + ph, x[3] + pw}) || !estimable({w[1], w[2], w[3], x[2] + ph, x[3] + pw})) return 0;
     const int64_t ohw = (x[2] + ph) * (x[3] + pw);
     const int64_t K = w[1] * w[2] * w[3], Mg = at_.group > 0 ? w[0] / at_.group : w[0];
     return size_t(K * ohw + 64 + kernels::qgemm_workspace_bytes(arch(), Mg, ohw, K, w == shape_, false) + 64);
@@ -283,6 +315,12 @@ class QConvKernel final : public OpKernel {
     const Conv2d cg{Cg, X.dim(2), X.dim(3), geo.ks[0], geo.ks[1], geo.os[0], geo.os[1], geo.st[0], geo.st[1],
                     geo.dl[0], geo.dl[1], geo.pb[0], geo.pb[1]};
     const int64_t K = Cg * cg.KH * cg.KW, ohw = cg.OH * cg.OW;
+    // pads beyond any real model's: the reference kernel skips padded taps instead of padding copies
+    for (int64_t p : {geo.pb[0], geo.pb[1], geo.pe[0], geo.pe[1]})
+      if (p > 4096) {
+        if (W.raw()) return qlinear_ ? qlinear_conv_ref(at_, ctx) : conv_integer_ref(at_, ctx);
+        ctx.fail(ErrorCode::Unsupported, "pads above 4096 with packed weights are not supported");
+      }
 
     // zero points: x per tensor; w per tensor or per output channel
     const int xzi = 2, wzi = qlinear_ ? 5 : 3;

@@ -161,6 +161,15 @@ TEST(QuantOps, MatMulMatchesReference) {
         for (int threads : {1, 2})
           expect_same(want, run_fast("MatMulInteger", mi, {}, constb ? std::vector<int>{1, 3} : std::vector<int>{}, threads),
                       "MatMulInteger signs=" + std::to_string(signs) + " zmode=" + std::to_string(zmode));
+      if (zmode == 1) {
+        // QLinearMatMul with a_scale and a_zero_point per row [3]: with a packed B, one GEMM per row
+        std::vector<Value> qr = {Value(A), Value(scales({3}, 0.03f)), Value(az), Value(B), Value(scales({70}, 0.01f)), Value(bz),
+                                 Value(scales({}, 0.2f)), Value(zp8({}, !as, rng))};
+        Tensor wr = run_ref("QLinearMatMul", qr, {}, [](KernelContext& ctx, const Node&) { quant::qlinear_matmul_ref(ctx); });
+        for (bool constb : {false, true})
+          expect_same(wr, run_fast("QLinearMatMul", qr, {}, constb ? std::vector<int>{3, 4, 5} : std::vector<int>{}, 2),
+                      "QLinearMatMul per-row a_scale signs=" + std::to_string(signs));
+      }
       if (zmode != 0) continue;  // QLinearMatMul: a_scale and a_zero_point per tensor here
       std::vector<Value> ql = {Value(A), Value(scales({}, 0.03f)), Value(az), Value(B), Value(scales({70}, 0.01f)), Value(bz),
                                Value(scales({}, 0.2f)), Value(zp8({}, !as, rng))};
