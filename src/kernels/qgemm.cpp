@@ -53,8 +53,6 @@ inline int32_t offset_of(bool src_signed, bool right) {
   return right ? -128 : 128;
 }
 
-inline int64_t row_bytes(int64_t K) { return qround4(K); }
-
 // Left rows [r0, r1) of src (M x K) into dst (rows of Kp bytes), with their sums.
 void pack_left_rows(int64_t K, const QMatrix& src, int64_t r0, int64_t r1, uint8_t* dst, int32_t* sums) {
   const int64_t Kp = qround4(K);
@@ -224,31 +222,33 @@ const QGemmArch& qgemm_arch(QIsa isa) {
   }
 }
 
-QPacked qpack_left(const QGemmArch& g, int64_t M, int64_t K, const QMatrix& src) {
+namespace {
+
+// A packed operand's description and buffers (data_bytes of packed values, nsums sums).
+QPacked packed_shell(const QGemmArch& g, bool right, int64_t rows, int64_t cols, bool src_signed, int64_t data_bytes, int64_t nsums) {
   QPacked p;
   p.arch = &g;
-  p.right = false;
-  p.rows = M;
-  p.cols = K;
-  p.Kp = qround4(K);
-  p.src_signed = src.is_signed;
-  p.data.reset(size_t(std::max<int64_t>(1, M * p.Kp)));
-  p.sums.reset(size_t(std::max<int64_t>(1, M)));
+  p.right = right;
+  p.rows = rows;
+  p.cols = cols;
+  p.Kp = qround4(right ? rows : cols);
+  p.src_signed = src_signed;
+  p.data.reset(size_t(std::max<int64_t>(1, data_bytes)));
+  p.sums.reset(size_t(std::max<int64_t>(1, nsums)));
+  return p;
+}
+
+}  // namespace
+
+QPacked qpack_left(const QGemmArch& g, int64_t M, int64_t K, const QMatrix& src) {
+  QPacked p = packed_shell(g, false, M, K, src.is_signed, M * qround4(K), M);
   pack_left_rows(K, src, 0, M, p.data.data(), p.sums.data());
   return p;
 }
 
 QPacked qpack_right(const QGemmArch& g, int64_t K, int64_t N, const QMatrix& src) {
-  QPacked p;
-  p.arch = &g;
-  p.right = true;
-  p.rows = K;
-  p.cols = N;
-  p.Kp = qround4(K);
-  p.src_signed = src.is_signed;
   const int64_t panels = (N + g.nr - 1) / g.nr;
-  p.data.reset(size_t(std::max<int64_t>(1, panels * p.Kp * g.nr)));
-  p.sums.reset(size_t(std::max<int64_t>(1, N)));
+  QPacked p = packed_shell(g, true, K, N, src.is_signed, panels * qround4(K) * g.nr, N);
   pack_right_panels(g, K, N, src, 0, panels, reinterpret_cast<int8_t*>(p.data.data()), p.sums.data());
   return p;
 }

@@ -57,24 +57,7 @@ void quantize_u8(const float* x, int64_t n, float scale, uint8_t zp, uint8_t* y)
     std::fill(y, y + n, zp);
     return;
   }
-  int64_t i = 0;
-#if defined(__x86_64__)
-  const __m128 s = _mm_set1_ps(scale);
-  const __m128i z = _mm_set1_epi32(zp);
-  for (; i + 16 <= n; i += 16) {
-    // cvtps2dq: round half to even; NaN (and out-of-range) give INT_MIN, which saturates to 0
-    __m128i q0 = _mm_add_epi32(_mm_cvtps_epi32(_mm_div_ps(_mm_loadu_ps(x + i), s)), z);
-    __m128i q1 = _mm_add_epi32(_mm_cvtps_epi32(_mm_div_ps(_mm_loadu_ps(x + i + 4), s)), z);
-    __m128i q2 = _mm_add_epi32(_mm_cvtps_epi32(_mm_div_ps(_mm_loadu_ps(x + i + 8), s)), z);
-    __m128i q3 = _mm_add_epi32(_mm_cvtps_epi32(_mm_div_ps(_mm_loadu_ps(x + i + 12), s)), z);
-    const __m128i w = _mm_packus_epi16(_mm_packs_epi32(q0, q1), _mm_packs_epi32(q2, q3));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i), w);
-  }
-#endif
-  for (; i < n; ++i) {
-    const float v = std::nearbyint(x[i] / scale) + float(zp);
-    y[i] = std::isnan(v) ? uint8_t(0) : uint8_t(std::clamp(v, 0.0f, 255.0f));
-  }
+  quantize_linear_8(x, n, scale, zp, false, y);
 }
 
 namespace {

@@ -504,6 +504,24 @@ void check_scales(const KernelContext& ctx, int i, const char* what) {
   }
 }
 
+void check_qlinear_params(const KernelContext& ctx, const char* s1, const char* s4) {
+  for (int i : {1, 4, 6})
+    if (!is_float_scale(ctx.input(i).dtype())) unsupported_dtype(ctx, i, ctx.input(i).dtype());
+  const DType z = ctx.input(7).dtype();
+  if (z != DType::Int8 && z != DType::Uint8) unsupported_dtype(ctx, 7, z);
+  check_scales(ctx, 1, s1);
+  check_scales(ctx, 4, s4);
+  check_scales(ctx, 6, "y_scale");
+}
+
+std::vector<int32_t> int32_vector(const Tensor* t) {
+  std::vector<int32_t> v;
+  if (!t) return v;
+  v.resize(size_t(t->numel()));
+  for (int64_t i = 0; i < t->numel(); ++i) v[size_t(i)] = int32_t(int_at(*t, i));
+  return v;
+}
+
 void check_int8(const KernelContext& ctx, int i) {
   DType dt = ctx.input(i).dtype();
   if (dt != DType::Int8 && dt != DType::Uint8) unsupported_dtype(ctx, i, dt);
@@ -540,13 +558,7 @@ void qlinear_matmul_ref(KernelContext& ctx) {
         const Tensor& yzp = ctx.input(7);
         check_int8(ctx, 0);
         check_int8(ctx, 3);
-        if (!is_float_scale(as.dtype())) unsupported_dtype(ctx, 1, as.dtype());
-        if (!is_float_scale(bs.dtype())) unsupported_dtype(ctx, 4, bs.dtype());
-        if (!is_float_scale(ys.dtype())) unsupported_dtype(ctx, 6, ys.dtype());
-        if (yzp.dtype() != DType::Int8 && yzp.dtype() != DType::Uint8) unsupported_dtype(ctx, 7, yzp.dtype());
-        check_scales(ctx, 1, "a_scale");
-        check_scales(ctx, 4, "b_scale");
-        check_scales(ctx, 6, "y_scale");
+        check_qlinear_params(ctx, "a_scale", "b_scale");
         if (ys.numel() != 1 || yzp.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, "y_scale and y_zero_point must be scalars");
         RowParam ra = make_row_param(ctx, &azp, A, true, "a_zero_point");
         RowParam ras = make_row_param(ctx, &as, A, true, "a_scale");
@@ -753,15 +765,9 @@ void qlinear_conv_ref(const ConvAttrs& at, KernelContext& ctx) {
         const Tensor& yz = ctx.input(7);
         check_int8(ctx, 0);
         check_int8(ctx, 3);
-        if (!is_float_scale(xs.dtype())) unsupported_dtype(ctx, 1, xs.dtype());
-        if (!is_float_scale(ws.dtype())) unsupported_dtype(ctx, 4, ws.dtype());
-        if (!is_float_scale(ys.dtype())) unsupported_dtype(ctx, 6, ys.dtype());
-        if (yz.dtype() != DType::Int8 && yz.dtype() != DType::Uint8) unsupported_dtype(ctx, 7, yz.dtype());
+        check_qlinear_params(ctx, "x_scale", "w_scale");
         if (xs.numel() != 1 || xz.numel() != 1 || ys.numel() != 1 || yz.numel() != 1)
           ctx.fail(ErrorCode::InvalidArgument, "x_scale, x_zero_point, y_scale and y_zero_point must be scalars");
-        check_scales(ctx, 1, "x_scale");
-        check_scales(ctx, 4, "w_scale");
-        check_scales(ctx, 6, "y_scale");
         const int64_t M = W.rank() > 0 ? W.dim(0) : 0;
         if ((ws.numel() != 1 && ws.numel() != M) || (wz.numel() != 1 && wz.numel() != M))
           ctx.fail(ErrorCode::InvalidArgument, "w_scale and w_zero_point must be scalars or have " + std::to_string(M) + " elements");

@@ -27,6 +27,11 @@ std::vector<int64_t> int_vector(const Tensor& t);
 // Every element of scale input i must be positive and finite (a zero, negative, NaN or infinite
 // scale would give garbage or a division by zero): InvalidArgument naming the input otherwise.
 void check_scales(const KernelContext& ctx, int i, const char* what);
+// QLinearMatMul / QLinearConv: inputs 1 and 4 (named s1, s4) and 6 (y_scale) are float scales,
+// positive and finite, and input 7 an int8 / uint8 zero point. Errors name the input.
+void check_qlinear_params(const KernelContext& ctx, const char* s1, const char* s4);
+// The elements of an integer tensor as int32 (zero points), empty for null.
+std::vector<int32_t> int32_vector(const Tensor* t);
 
 struct ConvAttrs {
   AutoPad auto_pad = AutoPad::NotSet;

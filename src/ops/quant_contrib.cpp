@@ -12,6 +12,7 @@
 // fused op gives the same bits.
 #include "kernels/qgemm.hpp"
 #include "kernels/quantize.hpp"
+#include "ops/broadcast_iter.hpp"
 #include "ops/quant_common.hpp"
 
 #include <cmath>
@@ -24,12 +25,6 @@ namespace {
 using kernels::QEpilogue;
 using kernels::QMatrix;
 using kernels::QOperand;
-
-// round half to even for |v| < 2^22 (the float twin of kernels::round_half_even)
-inline float kernels_round(float v) {
-  constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
-  return (v + kMagic) - kMagic;
-}
 
 class QFloatMatMulKernel final : public OpKernel {
  public:
@@ -89,7 +84,7 @@ class QFloatMatMulKernel final : public OpKernel {
       const Tensor& z = ctx.input(bzi);
       if (z.dtype() != B.dtype()) ctx.fail(ErrorCode::InvalidArgument, "b_zero_point type differs from B");
       per_col(z, "b_zero_point");
-      bz = int_vector_32(z);
+      bz = int32_vector(&z);
     }
     const float* bias = nullptr;
     if (ctx.has_input(biasi)) {
@@ -159,11 +154,6 @@ class QFloatMatMulKernel final : public OpKernel {
   }
 
  private:
-  static std::vector<int32_t> int_vector_32(const Tensor& t) {
-    std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-    for (int64_t i = 0; i < t.numel(); ++i) v[size_t(i)] = int32_t(int_at(t, i));
-    return v;
-  }
   static uint8_t* aligned(void* p) { return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 63) / 64 * 64); }
   static const kernels::QGemmArch& arch() { return kernels::qgemm_arch(kernels::qgemm_best_isa()); }
   bool dynamic_;
@@ -177,7 +167,8 @@ class QFloatMatMulKernel final : public OpKernel {
 // com.microsoft QLinearAdd(A, A_scale, A_zero_point, B, B_scale, B_zero_point, C_scale,
 // C_zero_point) -> C = saturate(round((A_scale (A - A_zp) + B_scale (B - B_zp)) / C_scale) + C_zp),
 // numpy broadcasting, uint8 or int8 (A, B and C of one type). Each input byte maps through a
-// 256-entry table of its term divided by C_scale, so an element is two loads, an add and a round.
+// 256-entry table of its term divided by C_scale (equal shapes: the same arithmetic, vectorized in
+// kernels/quantize.hpp), so an element is two loads, an add and a round.
 void qlinear_add(KernelContext& ctx) {
   const Tensor& A = ctx.input(0);
   const Tensor& B = ctx.input(3);
@@ -201,42 +192,25 @@ void qlinear_add(KernelContext& ctx) {
   };
   const float as = scalar_f(1, "A_scale"), bs = scalar_f(4, "B_scale"), cs = scalar_f(6, "C_scale");
   const int32_t az = zp(2, "A_zero_point"), bz = zp(5, "B_zero_point"), cz = zp(7, "C_zero_point");
+  const Shape out = broadcast_shapes(ctx, A.shape(), B.shape());
+  Tensor& C = ctx.output(0, A.dtype(), out);
+  if (A.shape() == B.shape()) {  // the table arithmetic below, vectorized
+    kernels::qlinear_add_8(static_cast<const uint8_t*>(A.raw()), static_cast<const uint8_t*>(B.raw()), C.numel(), as, az, bs, bz, cs, cz,
+                           sg, static_cast<uint8_t*>(C.raw()));
+    return;
+  }
   float ta[256], tb[256];
   for (int i = 0; i < 256; ++i) {
     const int32_t v = sg ? int32_t(int8_t(uint8_t(i))) : i;
     ta[i] = as * float(v - az) / cs;
     tb[i] = bs * float(v - bz) / cs;
   }
-  const Shape out = broadcast_shapes(ctx, A.shape(), B.shape());
-  Tensor& C = ctx.output(0, A.dtype(), out);
-  const uint8_t* pa = static_cast<const uint8_t*>(A.raw());
-  const uint8_t* pb = static_cast<const uint8_t*>(B.raw());
-  uint8_t* pc = static_cast<uint8_t*>(C.raw());
-  const float lo = sg ? -128.f : 0.f, hi = sg ? 127.f : 255.f;
-  const float vlo = lo - float(cz), vhi = hi - float(cz);
-  auto store = [&](int64_t i, float v) {
-    v = v >= vlo ? (v <= vhi ? kernels_round(v) : vhi) : vlo;  // clamped first: the bounds are integers; NaN -> lo
-    pc[i] = uint8_t(int32_t(v) + cz);
-  };
-  const int64_t n = C.numel();
-  if (A.shape() == B.shape()) {  // the same arithmetic as the tables, vectorized
-    kernels::qlinear_add_8(pa, pb, n, as, az, bs, bz, cs, cz, sg, pc);
-    return;
-  }
-  const std::vector<int64_t> sa = broadcast_strides(A.shape(), out), sb = broadcast_strides(B.shape(), out);
-  std::vector<int64_t> idx(out.size(), 0);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t oa = 0, ob = 0;
-    for (size_t d = 0; d < out.size(); ++d) {
-      oa += idx[d] * sa[d];
-      ob += idx[d] * sb[d];
-    }
-    store(i, ta[pa[oa]] + tb[pb[ob]]);
-    for (size_t d = out.size(); d-- > 0;) {
-      if (++idx[d] < out[d]) break;
-      idx[d] = 0;
-    }
-  }
+  const float vlo = (sg ? -128.f : 0.f) - float(cz), vhi = (sg ? 127.f : 255.f) - float(cz);
+  bcast::binary_apply<uint8_t, uint8_t, uint8_t>(A, B, C, [&](uint8_t x, uint8_t z) {
+    float v = ta[x] + tb[z];
+    v = v >= vlo ? (v <= vhi ? float(kernels::round_half_even(v)) : vhi) : vlo;  // clamped first: the bounds are integers; NaN -> lo
+    return uint8_t(int32_t(v) + cz);
+  });
 }
 
 }  // namespace

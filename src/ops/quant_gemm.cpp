@@ -40,14 +40,6 @@ uint8_t* aligned_workspace(KernelContext& ctx, int64_t bytes) {
   return reinterpret_cast<uint8_t*>((p + 63) / 64 * 64);
 }
 
-std::vector<int32_t> zero_points(const Tensor* t) {
-  std::vector<int32_t> v;
-  if (!t) return v;
-  v.resize(size_t(t->numel()));
-  for (int64_t i = 0; i < t->numel(); ++i) v[size_t(i)] = int32_t(int_at(*t, i));
-  return v;
-}
-
 // The requantization multipliers as the spec computes them: x_scale * w_scale / y_scale in the
 // scale's precision, one per element of the longer of the two scale vectors.
 std::vector<double> multipliers(const Tensor& as, const Tensor& bs, const Tensor& ys) {
@@ -102,9 +94,8 @@ class QMatMulKernel final : public OpKernel {
       ctx.fail(ErrorCode::InvalidArgument, "matmul shapes " + shape_str(A.shape()) + " and " + shape_str(B.shape()) + " are incompatible");
     const int64_t M = A.rank() == 1 ? 1 : A.dim(A.rank() - 2);
     const int64_t batches = M * K == 0 ? shape_numel(A.shape()) == 0 ? 0 : 1 : shape_numel(A.shape()) / (M * K);
-    Shape out_shape = A.shape();
-    if (A.rank() == 1) out_shape.back() = N;
-    else out_shape.back() = N;
+    Shape out_shape = A.shape();  // [..., M, N], or [N] for a 1-D A
+    out_shape.back() = N;
 
     // zero points and scales: A's per tensor, per row [M] or per batch row [..., M, 1]; B's per
     // tensor or per column [N]
@@ -127,7 +118,7 @@ class QMatMulKernel final : public OpKernel {
     };
     const int64_t azl = row_len(azp, "a_zero_point");
     col_ok(bzp, "b_zero_point");
-    std::vector<int32_t> za = zero_points(azp), zb = zero_points(bzp);
+    std::vector<int32_t> za = int32_vector(azp), zb = int32_vector(bzp);
 
     QEpilogue ep;
     ep.ldo = N;
@@ -138,14 +129,8 @@ class QMatMulKernel final : public OpKernel {
       const Tensor& bs = ctx.input(4);
       const Tensor& ys = ctx.input(6);
       const Tensor& yzp = ctx.input(7);
-      if (!is_float_scale(as.dtype())) unsupported_dtype(ctx, 1, as.dtype());
-      if (!is_float_scale(bs.dtype())) unsupported_dtype(ctx, 4, bs.dtype());
-      if (!is_float_scale(ys.dtype())) unsupported_dtype(ctx, 6, ys.dtype());
-      if (!is_8bit(yzp.dtype())) unsupported_dtype(ctx, 7, yzp.dtype());
+      check_qlinear_params(ctx, "a_scale", "b_scale");
       if (ys.numel() != 1 || yzp.numel() != 1) ctx.fail(ErrorCode::InvalidArgument, "y_scale and y_zero_point must be scalars");
-      check_scales(ctx, 1, "a_scale");
-      check_scales(ctx, 4, "b_scale");
-      check_scales(ctx, 6, "y_scale");
       if (row_len(&as, "a_scale") != 1) per_row_scale = true;
       col_ok(&bs, "b_scale");
       if (per_row_scale && B.raw()) return qlinear_matmul_ref(ctx);  // a per-row a_scale: rare, the reference takes it
@@ -337,7 +322,7 @@ class QConvKernel final : public OpKernel {
       if (z.dtype() != W.dtype()) ctx.fail(ErrorCode::InvalidArgument, "w_zero_point type differs from w");
       if (z.numel() != 1 && z.numel() != M)
         ctx.fail(ErrorCode::InvalidArgument, "w_zero_point must be a scalar or have " + std::to_string(M) + " elements");
-      wz = zero_points(&z);
+      wz = int32_vector(&z);
     }
     QEpilogue ep;
     ep.per_row = true;
@@ -349,17 +334,11 @@ class QConvKernel final : public OpKernel {
       const Tensor& ws = ctx.input(4);
       const Tensor& ys = ctx.input(6);
       const Tensor& yz = ctx.input(7);
-      if (!is_float_scale(xs.dtype())) unsupported_dtype(ctx, 1, xs.dtype());
-      if (!is_float_scale(ws.dtype())) unsupported_dtype(ctx, 4, ws.dtype());
-      if (!is_float_scale(ys.dtype())) unsupported_dtype(ctx, 6, ys.dtype());
-      if (!is_8bit(yz.dtype())) unsupported_dtype(ctx, 7, yz.dtype());
+      check_qlinear_params(ctx, "x_scale", "w_scale");
       if (xs.numel() != 1 || ctx.input(2).numel() != 1 || ys.numel() != 1 || yz.numel() != 1)
         ctx.fail(ErrorCode::InvalidArgument, "x_scale, x_zero_point, y_scale and y_zero_point must be scalars");
       if (ws.numel() != 1 && ws.numel() != M)
         ctx.fail(ErrorCode::InvalidArgument, "w_scale and w_zero_point must be scalars or have " + std::to_string(M) + " elements");
-      check_scales(ctx, 1, "x_scale");
-      check_scales(ctx, 4, "w_scale");
-      check_scales(ctx, 6, "y_scale");
       if (ctx.has_input(8)) {
         const Tensor& B = ctx.input(8);
         if (B.dtype() != DType::Int32) unsupported_dtype(ctx, 8, B.dtype());

@@ -1,7 +1,7 @@
 #include "opt/quantize.hpp"
 
-#include "ops/kernel.hpp"
-#include "opt/graph_util.hpp"
+#include "opt/match_util.hpp"
+#include "opt/passes.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,8 +14,6 @@
 namespace basalt {
 
 namespace {
-
-bool is_onnx_op(const Node& n, const char* op) { return canonical_domain(n.domain).empty() && n.op_type == op; }
 
 struct QParams {
   float scale = 1.f;
@@ -107,7 +105,11 @@ class Rewriter {
       if (!done) g_.nodes.push_back(std::move(n));
     }
     reindex(g_);
-    sweep();
+    // the DequantizeLinears nothing reads (and the float weights now unread) go
+    OptimizeOptions oo;
+    OptimizeReport rep;
+    PassContext pc{m_, g_, oo, rep};
+    remove_dead_nodes(pc);
   }
 
  private:
@@ -142,7 +144,7 @@ class Rewriter {
 
   // ---- dynamic ---------------------------------------------------------------------------
   bool dynamic_node(const Node& n) {
-    if (!is_onnx_op(n, "MatMul") || n.inputs.size() != 2) return false;
+    if (!is_op(n, "MatMul") || n.inputs.size() != 2) return false;
     const std::optional<Tensor> b = float_constant(n.inputs[1], 2);
     if (!b) throw Skip{"B " + name(n.inputs[1]) + " is not a constant 2-D float matrix"};
     const int64_t K = b->dim(0), N = b->dim(1);
@@ -211,7 +213,7 @@ class Rewriter {
   }
   // The upper bound of a Clip(0, hi) (ReLU6 and the like), or false when c is no such Clip.
   bool clip_from_zero(const Node& c, float& hi) const {
-    if (!is_onnx_op(c, "Clip")) return false;
+    if (!is_op(c, "Clip")) return false;
     float lo = -std::numeric_limits<float>::infinity();
     hi = std::numeric_limits<float>::infinity();
     if (c.opset < 11) {
@@ -238,10 +240,10 @@ class Rewriter {
       const Node& c = old[k];
       if (std::find(c.inputs.begin(), c.inputs.end(), y) == c.inputs.end()) continue;
       float hi = 0.f;
-      if ((is_onnx_op(c, "Relu") || (clip_from_zero(c, hi) && c.inputs[0] == y)) && range_of(c.outputs[0])) {
+      if ((is_op(c, "Relu") || (clip_from_zero(c, hi) && c.inputs[0] == y)) && range_of(c.outputs[0])) {
         folded.insert(k);
         relu = true;
-        if (is_onnx_op(c, "Clip")) fold_hi_ = hi;
+        if (is_op(c, "Clip")) fold_hi_ = hi;
         return c.outputs[0];
       }
       break;
@@ -250,9 +252,9 @@ class Rewriter {
   }
 
   bool static_node(const Node& n, std::vector<Node>& old, size_t i, std::set<size_t>& folded) {
-    if (is_onnx_op(n, "Conv")) return conv(n, old, i, folded);
-    if (is_onnx_op(n, "MatMul") && n.inputs.size() == 2) return matmul(n, old, i, folded);
-    if ((is_onnx_op(n, "Add") || is_onnx_op(n, "Sum")) && n.inputs.size() == 2) return add(n, old, i, folded);
+    if (is_op(n, "Conv")) return conv(n, old, i, folded);
+    if (is_op(n, "MatMul") && n.inputs.size() == 2) return matmul(n, old, i, folded);
+    if ((is_op(n, "Add") || is_op(n, "Sum")) && n.inputs.size() == 2) return add(n, old, i, folded);
     static const std::set<std::string> moves = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze"};
     if (canonical_domain(n.domain).empty() && moves.count(n.op_type) && !n.inputs.empty() && twin_.count(n.inputs[0]) &&
         (n.op_type != "MaxPool" || ((n.outputs.size() == 1 || n.outputs[1] < 0) && n.opset >= 12))) {  // 8-bit MaxPool: opset 12
@@ -352,27 +354,6 @@ class Rewriter {
     dequantize(yq, out);
     count(relu ? "Add+Relu/Clip" : "Add");
     return true;
-  }
-
-  // Drops nodes none of whose outputs is needed (the DequantizeLinears nothing reads).
-  void sweep() {
-    std::vector<bool> needed(g_.values.size(), false);
-    for (int v : g_.outputs) needed[size_t(v)] = true;
-    std::vector<bool> dead(g_.nodes.size(), false);
-    for (size_t i = g_.nodes.size(); i-- > 0;) {
-      const Node& n = g_.nodes[i];
-      bool live = n.outputs.empty();
-      for (int o : n.outputs)
-        if (o >= 0 && needed[size_t(o)]) live = true;
-      if (!live) {
-        dead[i] = true;
-        continue;
-      }
-      for (int v : n.inputs)
-        if (v >= 0) needed[size_t(v)] = true;
-      for (int v : n.implicit_inputs) needed[size_t(v)] = true;
-    }
-    compact(g_, dead);
   }
 
   Model& m_;

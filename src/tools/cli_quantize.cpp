@@ -130,13 +130,12 @@ ActivationRanges calibrate(const Args& a, Model& m, const std::vector<std::strin
         if (t.dtype() != DType::Float || t.numel() == 0) continue;
         const float* p = t.data<float>();
         if (pass == 0) {
-          auto [it, fresh] = r.try_emplace(wanted[k], ActivationRange{p[0], p[0]});
+          ActivationRange& range = r.try_emplace(wanted[k], ActivationRange{p[0], p[0]}).first->second;
           for (int64_t i = 0; i < t.numel(); ++i)
             if (std::isfinite(p[i])) {
-              it->second.lo = std::min(it->second.lo, p[i]);
-              it->second.hi = std::max(it->second.hi, p[i]);
+              range.lo = std::min(range.lo, p[i]);
+              range.hi = std::max(range.hi, p[i]);
             }
-          (void)fresh;
         } else {
           const ActivationRange& mm = r.at(wanted[k]);
           const double top = std::max(std::fabs(double(mm.lo)), std::fabs(double(mm.hi)));

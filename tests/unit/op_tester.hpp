@@ -87,13 +87,9 @@ inline Node test_node(const std::string& domain, const std::string& op, int opse
   return n;
 }
 
-inline std::vector<Value> run_op(const std::string& op, int opset, std::vector<Value> inputs,
-                                 std::vector<Attribute> attrs = {}, int num_outputs = 1,
-                                 const std::string& domain = "", int threads = 1) {
-  Node n = test_node(domain, op, opset, inputs, std::move(attrs), num_outputs);
-  const KernelFactory* f = OpRegistry::instance().find(domain, op, opset);
-  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
-  n.kernel = (*f)(n);
+// Runs the kernel already attached to n (test_node) on `inputs` (a None Value = omitted), on a
+// pool of `threads` threads (spinning off) when more than 1; returns its num_outputs outputs.
+inline std::vector<Value> compute_node(const Node& n, const std::vector<Value>& inputs, int num_outputs, int threads = 1) {
   std::vector<const Value*> ins;
   for (auto& v : inputs) ins.push_back(v.is_none() ? nullptr : &v);
   std::vector<Value> outs(static_cast<size_t>(num_outputs));
@@ -104,6 +100,16 @@ inline std::vector<Value> run_op(const std::string& op, int opset, std::vector<V
   KernelContext ctx(n, ins, outs, {}, rc);
   n.kernel->compute(ctx);
   return outs;
+}
+
+inline std::vector<Value> run_op(const std::string& op, int opset, std::vector<Value> inputs,
+                                 std::vector<Attribute> attrs = {}, int num_outputs = 1,
+                                 const std::string& domain = "", int threads = 1) {
+  Node n = test_node(domain, op, opset, inputs, std::move(attrs), num_outputs);
+  const KernelFactory* f = OpRegistry::instance().find(domain, op, opset);
+  if (!f) throw Error(ErrorCode::Unsupported, "no kernel for " + op);
+  n.kernel = (*f)(n);
+  return compute_node(n, inputs, num_outputs, threads);
 }
 
 // A tensor of the given shape holding `values` in row-major order.

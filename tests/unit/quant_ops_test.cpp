@@ -55,16 +55,7 @@ Tensor run_fast(const std::string& op, const std::vector<Value>& inputs, std::ve
       const Tensor& t = inputs[size_t(i)].tensor;
       ins[size_t(i)] = Value(Tensor::view(t.dtype(), t.shape(), nullptr, nullptr));
     }
-  std::vector<const Value*> ip;
-  for (auto& v : ins) ip.push_back(v.is_none() ? nullptr : &v);
-  std::vector<Value> outs(1);
-  std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads, 0) : nullptr;
-  RunContext rc;
-  rc.threads = threads;
-  rc.pool = pool.get();
-  KernelContext ctx(n, ip, outs, {}, rc);
-  n.kernel->compute(ctx);
-  return outs[0].tensor;
+  return compute_node(n, ins, 1, threads)[0].tensor;
 }
 
 template <class Ref>
@@ -236,4 +227,26 @@ TEST(QuantOps, BadParametersNameTheProblem) {
   Tensor F(DType::Float, {3, 8});
   EXPECT_NE(mm_err({Value(F), Value(B)}).find("t"), std::string::npos);
   EXPECT_NE(mm_err({Value(F), Value(B)}), "no error");
+}
+
+TEST(QuantOps, QLinearAddBroadcastingMatchesTheEqualShapePath) {
+  // the broadcasting path (tables) and the equal-shape path (vectorized) compute the same terms:
+  // B [1, 3, 1] against B expanded to A's [2, 3, 17]
+  std::mt19937 rng(11);
+  for (bool sg : {false, true}) {
+    Tensor A = random8({2, 3, 17}, sg, rng), B = random8({1, 3, 1}, sg, rng), Bx(A.dtype(), A.shape());
+    for (int64_t i = 0; i < Bx.numel(); ++i) static_cast<uint8_t*>(Bx.raw())[i] = static_cast<const uint8_t*>(B.raw())[(i / 17) % 3];
+    auto add = [&](const Tensor& b) {
+      return run_op("QLinearAdd", 1,
+                    {Value(A), Value(scales({}, 0.05f)), Value(zp8({}, sg, rng)), Value(b), Value(scales({}, 0.02f)), Value(zp8({}, sg, rng)),
+                     Value(scales({}, 0.07f)), Value(zp8({}, sg, rng))},
+                    {}, 1, "com.microsoft")[0]
+          .tensor;
+    };
+    rng.seed(5);
+    Tensor got = add(B);
+    rng.seed(5);
+    Tensor want = add(Bx);
+    expect_same(want, got, std::string("QLinearAdd broadcast, signed=") + (sg ? "1" : "0"));
+  }
 }
