@@ -9,6 +9,7 @@ PKGS=(
   nlohmann-json3-dev                        # JSON output of the CLI (conformance --json, outputs.json)
   zlib1g-dev                                # compressed .npz calibration inputs (basalt quantize)
   python3-numpy python3-onnx python3-pytest # building test models, parity checks (Debian's /usr/bin/python3)
+  python3-sklearn python3-xgboost           # classic-ML tests: models trained there, converted in the test
   python3-dev pybind11-dev                  # the Python module (build/python/basalt*.so)
   libonnx-testdata                          # ONNX conformance data (932 node tests, opset <= 17)
   clang-14 libclang-rt-14-dev               # libFuzzer targets (make fuzz, build-fuzz/)
