@@ -21,6 +21,23 @@ bool is_branch(TreeMode m) { return m != TreeMode::Leaf; }
 // The comparison a NaN feature fails or passes when the node does not track missing values.
 bool nan_goes_true(TreeMode m) { return m == TreeMode::Neq; }
 
+// Steps from each node to its deepest leaf (leaves loop to themselves). Children come after their
+// parent in the depth-first order, so a reverse sweep sees them first; a shared subtree may sit
+// before a later parent, so sweep again until nothing changes.
+std::vector<int32_t> node_depths(const std::vector<int32_t>& left, const std::vector<int32_t>& right) {
+  const int64_t cn = int64_t(left.size());
+  std::vector<int32_t> depth(size_t(cn), 0);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int64_t i = cn - 1; i >= 0; --i) {
+      if (left[size_t(i)] == int32_t(i)) continue;
+      int32_t d = 1 + std::max(depth[size_t(left[size_t(i)])], depth[size_t(right[size_t(i)])]);
+      if (d != depth[size_t(i)]) { depth[size_t(i)] = d; changed = true; }
+    }
+  }
+  return depth;
+}
+
 }  // namespace
 
 PostTransform parse_post_transform(const std::string& s) {
@@ -197,18 +214,7 @@ TreeEnsemble TreeEnsemble::build(const TreeEnsembleSpec& spec) {
     e.mode_.clear();
     e.member_of_.clear();
   }
-  // Depth of each tree: the longest root-to-leaf path, from the depth-first order (children come
-  // after their parent, so a reverse sweep sees them first).
-  // A shared subtree may sit before a later parent: sweep again until nothing changes.
-  std::vector<int32_t> depth(size_t(cn), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (int64_t i = cn - 1; i >= 0; --i) {
-      if (left[size_t(i)] == int32_t(i)) continue;
-      int32_t d = 1 + std::max(depth[size_t(left[size_t(i)])], depth[size_t(right[size_t(i)])]);
-      if (d != depth[size_t(i)]) { depth[size_t(i)] = d; changed = true; }
-    }
-  }
+  std::vector<int32_t> depth = node_depths(left, right);
   for (int32_t r : e.roots_) e.depth_.push_back(depth[size_t(r)]);
   // Leaves.
   e.leaf_begin_.assign(size_t(cn) + 1, 0);

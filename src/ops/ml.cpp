@@ -1,5 +1,6 @@
 // Classic ML ops of the ai.onnx.ml domain: Binarizer, ArrayFeatureExtractor, LabelEncoder, TreeEnsemble.
 #include "ops/common.hpp"
+#include "kernels/tree_ensemble.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -14,29 +15,10 @@ namespace basalt {
 
 namespace {
 
-constexpr double kPi = std::numbers::pi;
-
 // Copies element si of src into element di of dst (same dtype).
 void copy_element(const KernelContext& ctx, Tensor& dst, int64_t di, const Tensor& src, int64_t si) {
   if (!visit_all(dst.dtype(), [&]<class T>() { dst.data<T>()[di] = src.data<T>()[si]; }))
     ctx.fail(ErrorCode::Unsupported, std::string("type ") + dtype_name(dst.dtype()) + " is not supported");
-}
-
-// Inverse of the standard normal CDF: sqrt(2) * erfinv(2p - 1), by Newton iteration on std::erf.
-double probit(double p) {
-  if (std::isnan(p) || p < 0.0 || p > 1.0) return NAN;
-  if (p == 0.0) return -INFINITY;
-  if (p == 1.0) return INFINITY;
-  double y = 2.0 * p - 1.0;
-  // Initial guess (Winitzki's approximation), then Newton steps.
-  double a = 0.147, ln = std::log(1.0 - y * y);
-  double t1 = 2.0 / (kPi * a) + ln / 2.0;
-  double x = std::copysign(std::sqrt(std::sqrt(t1 * t1 - ln / a) - t1), y);
-  for (int i = 0; i < 4; ++i) {
-    double err = std::erf(x) - y;
-    x -= err / (2.0 / std::sqrt(kPi) * std::exp(-x * x));
-  }
-  return std::sqrt(2.0) * x;
 }
 
 }  // namespace
@@ -346,7 +328,7 @@ static void register_treeensemble(OpRegistry& r) {
         } else if (t->post == 2) {
           for (auto& a : acc) a = 1.0 / (1.0 + std::exp(-a));
         } else if (t->post == 4) {
-          for (auto& a : acc) a = probit(a);
+          for (auto& a : acc) a = kernels::probit(a);
         }
         write_row(r0, acc);
       }
