@@ -244,94 +244,61 @@ std::shared_ptr<const TreeModel> parse_tree_ensemble(const Node& n) {
 
 }  // namespace
 
+// The compiled evaluator (kernels/tree_ensemble.hpp) for a parsed TreeEnsemble: branch nodes keep
+// their indices, leaf j becomes node nodes + j. Its checks (cycles, missing children) are errors
+// of the node at session creation.
+static std::shared_ptr<const kernels::TreeEnsemble> compile_tree_ensemble(const Node& n, const TreeModel& t, bool double_splits) {
+  kernels::TreeEnsembleSpec spec;
+  const int64_t nn = int64_t(t.feat.size());
+  spec.n_targets = t.n_targets;
+  spec.double_thresholds = double_splits;
+  spec.roots = t.roots;
+  spec.nodes.resize(size_t(nn) + t.leaf_w.size());
+  for (int64_t i = 0; i < nn; ++i) {
+    auto& d = spec.nodes[size_t(i)];
+    d.mode = kernels::TreeMode(t.mode[size_t(i)]);
+    d.feature = t.feat[size_t(i)];
+    d.value = t.split[size_t(i)];
+    d.true_child = t.tleaf[size_t(i)] ? nn + t.tid[size_t(i)] : t.tid[size_t(i)];
+    d.false_child = t.fleaf[size_t(i)] ? nn + t.fid[size_t(i)] : t.fid[size_t(i)];
+    d.missing_true = !t.mvt.empty() && t.mvt[size_t(i)] != 0;
+    if (t.member_set[size_t(i)] >= 0) d.members = t.members[size_t(t.member_set[size_t(i)])];
+  }
+  for (size_t j = 0; j < t.leaf_w.size(); ++j) spec.nodes[size_t(nn) + j].weights = {{t.leaf_target[j], t.leaf_w[j]}};
+  try {
+    return std::make_shared<const kernels::TreeEnsemble>(kernels::TreeEnsemble::build(spec));
+  } catch (const std::invalid_argument& e) {
+    n.fail(ErrorCode::InvalidModel, e.what());
+  }
+}
+
 static void register_treeensemble(OpRegistry& r) {
   // ---- ai.onnx.ml: TreeEnsemble (opset 5) ----
   r.add("ai.onnx.ml", "TreeEnsemble", 5, INT_MAX, [](const Node& n) {
     auto t = parse_tree_ensemble(n);
-    return kernel([t](KernelContext& ctx) {
+    auto e = compile_tree_ensemble(n, *t, n.attr_tensor("nodes_splits").dtype() == DType::Double);
+    return kernel([t, e](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       if (x.rank() != 1 && x.rank() != 2) ctx.fail(ErrorCode::InvalidArgument, "input must be [N, F], got " + shape_str(x.shape()));
       int64_t N = x.rank() == 2 ? x.dim(0) : 1, F = x.dim(-1);
-      std::vector<double> xv = read_doubles(ctx, 0, x);
+      if (e->max_feature() >= F)
+        ctx.fail(ErrorCode::InvalidArgument, "model uses feature " + std::to_string(e->max_feature()) + " but input has " + std::to_string(F));
       int64_t T = t->n_targets;
-      size_t nn = t->feat.size();
-      for (size_t i = 0; i < nn; ++i)
-        if (t->feat[i] >= F) ctx.fail(ErrorCode::InvalidArgument, "model uses feature " + std::to_string(t->feat[i]) + " but input has " + std::to_string(F));
       int64_t NT;
       if (__builtin_mul_overflow(N, T, &NT))
         ctx.fail(ErrorCode::InvalidArgument, "output [" + std::to_string(N) + ", n_targets=" + std::to_string(T) + "] is too large");
-      // The output first (its allocation refuses absurd n_targets), then the per-target buffers.
+      // The output first (its allocation refuses absurd n_targets), then the scores.
       Tensor& y = ctx.output(0, x.dtype(), {N, T});
       if (NT == 0) return;
-      auto write_row = [&](int64_t r0, const std::vector<double>& v) {
-        if (!visit_numeric(y.dtype(), [&]<class U>() {
-              U* p = y.data<U>() + r0 * T;
-              for (int64_t k = 0; k < T; ++k) p[k] = cast_from_double<U>(v[size_t(k)]);
-            }))
-          ctx.fail(ErrorCode::Unsupported, std::string("output type ") + dtype_name(y.dtype()) + " is not supported");
-      };
-      std::vector<double> acc(static_cast<size_t>(T));
-      std::vector<char> seen(static_cast<size_t>(T));
-      for (int64_t r0 = 0; r0 < N; ++r0) {
-        const double* row = xv.data() + r0 * F;
-        std::fill(acc.begin(), acc.end(), 0.0);
-        std::fill(seen.begin(), seen.end(), 0);
-        for (int64_t root : t->roots) {
-          int64_t cur = root;
-          size_t steps = 0;
-          while (true) {
-            if (++steps > nn + 1) ctx.fail(ErrorCode::InvalidArgument, "tree contains a cycle");
-            size_t i = size_t(cur);
-            double v = row[t->feat[i]], s = t->split[i];
-            bool go;
-            if (std::isnan(v) && !t->mvt.empty() && t->mvt[i]) go = true;
-            else switch (t->mode[i]) {
-              case 0: go = v <= s; break;
-              case 1: go = v < s; break;
-              case 2: go = v >= s; break;
-              case 3: go = v > s; break;
-              case 4: go = v == s; break;
-              case 5: go = v != s; break;
-              default: {
-                const auto& set = t->members[size_t(t->member_set[i])];
-                go = std::find(set.begin(), set.end(), v) != set.end();
-              }
-            }
-            int64_t next = go ? t->tid[i] : t->fid[i];
-            bool leaf = go ? t->tleaf[i] != 0 : t->fleaf[i] != 0;
-            if (leaf) {
-              size_t tg = size_t(t->leaf_target[size_t(next)]);
-              double w = t->leaf_w[size_t(next)];
-              if (t->agg == 2) acc[tg] = seen[tg] ? std::min(acc[tg], w) : w;
-              else if (t->agg == 3) acc[tg] = seen[tg] ? std::max(acc[tg], w) : w;
-              else acc[tg] += w;
-              seen[tg] = 1;
-              break;
-            }
-            cur = next;
-          }
-        }
-        if (t->agg == 0 && !t->roots.empty())
-          for (auto& a : acc) a /= double(t->roots.size());
-        if (t->post == 1 || t->post == 3) {
-          double mx = -INFINITY;
-          for (int64_t k = 0; k < T; ++k)
-            if (t->post == 1 || acc[size_t(k)] != 0.0) mx = std::max(mx, acc[size_t(k)]);
-          double sum = 0;
-          for (int64_t k = 0; k < T; ++k) {
-            double e = (t->post == 3 && acc[size_t(k)] == 0.0) ? 0.0 : std::exp(acc[size_t(k)] - mx);
-            acc[size_t(k)] = e;
-            sum += e;
-          }
-          if (sum > 0)
-            for (auto& a : acc) a /= sum;
-        } else if (t->post == 2) {
-          for (auto& a : acc) a = 1.0 / (1.0 + std::exp(-a));
-        } else if (t->post == 4) {
-          for (auto& a : acc) a = kernels::probit(a);
-        }
-        write_row(r0, acc);
-      }
+      std::vector<double> xv = read_doubles(ctx, 0, x);
+      std::vector<double> acc(static_cast<size_t>(NT));
+      e->evaluate(xv.data(), true, N, F, kernels::TreeAgg(t->agg), acc.data(), nullptr, ctx.pool());
+      for (int64_t r0 = 0; r0 < N; ++r0) kernels::apply_post_transform(kernels::PostTransform(t->post), acc.data() + r0 * T, T);
+      if (!visit_numeric(y.dtype(), [&]<class U>() {
+            U* p = y.data<U>();
+            for (int64_t i = 0; i < NT; ++i) p[i] = cast_from_double<U>(acc[size_t(i)]);
+          }))
+        ctx.fail(ErrorCode::Unsupported, std::string("output type ") + dtype_name(y.dtype()) + " is not supported");
     });
   });
 }
