@@ -277,13 +277,16 @@ static void register_treeensemble(OpRegistry& r) {
   r.add("ai.onnx.ml", "TreeEnsemble", 5, INT_MAX, [](const Node& n) {
     auto t = parse_tree_ensemble(n);
     auto e = compile_tree_ensemble(n, *t, n.attr_tensor("nodes_splits").dtype() == DType::Double);
-    return kernel([t, e](KernelContext& ctx) {
+    // The kernel keeps only the compiled layout, not the parsed attribute arrays.
+    const int64_t T = t->n_targets;
+    const auto agg = kernels::TreeAgg(t->agg);
+    const auto post = kernels::PostTransform(t->post);
+    return kernel([e, T, agg, post](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       if (x.rank() != 1 && x.rank() != 2) ctx.fail(ErrorCode::InvalidArgument, "input must be [N, F], got " + shape_str(x.shape()));
       int64_t N = x.rank() == 2 ? x.dim(0) : 1, F = x.dim(-1);
       if (e->max_feature() >= F)
         ctx.fail(ErrorCode::InvalidArgument, "model uses feature " + std::to_string(e->max_feature()) + " but input has " + std::to_string(F));
-      int64_t T = t->n_targets;
       int64_t NT;
       if (__builtin_mul_overflow(N, T, &NT))
         ctx.fail(ErrorCode::InvalidArgument, "output [" + std::to_string(N) + ", n_targets=" + std::to_string(T) + "] is too large");
@@ -292,8 +295,8 @@ static void register_treeensemble(OpRegistry& r) {
       if (NT == 0) return;
       std::vector<double> xv = read_doubles(ctx, 0, x);
       std::vector<double> acc(static_cast<size_t>(NT));
-      e->evaluate(xv.data(), true, N, F, kernels::TreeAgg(t->agg), acc.data(), nullptr, ctx.pool());
-      for (int64_t r0 = 0; r0 < N; ++r0) kernels::apply_post_transform(kernels::PostTransform(t->post), acc.data() + r0 * T, T);
+      e->evaluate(xv.data(), true, N, F, agg, acc.data(), nullptr, ctx.pool());
+      for (int64_t r0 = 0; r0 < N; ++r0) kernels::apply_post_transform(post, acc.data() + r0 * T, T);
       if (!visit_numeric(y.dtype(), [&]<class U>() {
             U* p = y.data<U>();
             for (int64_t i = 0; i < NT; ++i) p[i] = cast_from_double<U>(acc[size_t(i)]);
